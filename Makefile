@@ -1,0 +1,45 @@
+# Two commands: `make run` and `make test`. Each sets up everything it needs on a fresh machine.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test setup install lint format bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+setup: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py reindex --if-empty
+
+run: setup
+	@$(BIN)/python manage.py local_admin
+	@echo "Chat:  http://$(HOST):$(PORT)/"
+	@echo "Admin: http://$(HOST):$(PORT)/admin/"
+	$(BIN)/daphne -b $(HOST) -p $(PORT) chatbot.asgi:application
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: setup
+	$(BIN)/python scripts/bench_engine.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,31 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+
+
+@pytest.fixture(scope="session", autouse=True)
+def demo_index() -> Iterator[None]:
+    """The bundled demo corpus, indexed once per test run into the run's own local store.
+
+    Tests that ask questions get real answers citing real documents. The pipeline runtime opens the store
+    lazily and keeps it for the session; it is closed at the end so the local-mode lock is released.
+    """
+    from rag.retrieval.embedding import LexicalEmbedder
+    from rag.retrieval.indexer import build_index
+    from rag.retrieval.markdown import load_markdown_dir
+    from rag.retrieval.store import open_store_from_settings
+    from rag.wiring import reset_runtime
+
+    store = open_store_from_settings()
+    try:
+        if store.is_empty():
+            build_index(load_markdown_dir(settings.CORPUS_DIR), store, LexicalEmbedder())
+    finally:
+        store.close()
+    yield
+    reset_runtime()

@@ -1,0 +1,31 @@
+"""Settings of the test run: the project's settings with a private data folder and integrations off.
+
+The environment is set before the project's settings module reads it. Every test run gets its own data folder
+(local Qdrant store, generated secrets), so the suite neither needs nor disturbs a developer's `var/` or a
+running server that holds it. Optional integrations are switched off explicitly so a developer's `.env` cannot
+leak into the suite; REDIS_URL and DATABASE_URL pass through (CI runs the suite a second time against Redis and
+PostgreSQL).
+"""
+
+import os
+import tempfile
+
+_data_dir = tempfile.mkdtemp(prefix="helpcentre-test-")
+os.environ["DATA_DIR"] = _data_dir
+os.environ["QDRANT_PATH"] = os.path.join(_data_dir, "qdrant")
+for _name in ("QDRANT_URL", "LLM_BASE_URL", "EMBEDDING_BASE_URL", "LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY"):
+    os.environ[_name] = ""
+# Tests ask many questions from one client; the rate limiter has tests of its own.
+os.environ["RAG_RATE_LIMIT_PER_MINUTE"] = "0"
+# The session fixture indexes the store before anything opens it; importing the ASGI app must not take it.
+os.environ["RAG_PRELOAD"] = "false"
+# Tests ask the same questions many times; the semantic cache has tests of its own that switch it on.
+os.environ["RAG_SEMANTIC_CACHE_ENABLED"] = "false"
+
+from chatbot.settings import *  # noqa: E402, F403
+
+# Per-worker background tasks (live settings, workflow sync) start on a worker's first connection. In-process
+# tests drive the ASGI app through communicators on a fresh event loop per test: starting them there would only
+# add tasks to tear down. Their own tests switch them on; servers started as subprocesses run them as usual.
+CONCURRENCY_LIVE_SETTINGS = False
+RAG_WORKFLOW_SYNC = False
