@@ -1,0 +1,45 @@
+"""Live LLM concurrency settings: every worker applies a saved change within a second, and reports its stats.
+
+Public API:
+
+- ``live_settings_start()`` / ``live_settings_stop()``: the one background task per process (started by
+  ``LiveSettingsMiddleware`` on the first ASGI connection).
+- ``on_settings_applied(fn)``: ``fn(SettingsSnapshot)`` after each applied change (rpm, retries, sample rate).
+- ``register_stats_provider(name, fn)``: extra per-worker stats shown in the console.
+- ``worker_stats()`` / ``workers_read()``: this worker's stats; every live worker's, from Redis.
+"""
+
+from __future__ import annotations
+
+from .apply import on_settings_applied, settings_apply, settings_apply_soon, settings_current, settings_forget
+from .middleware import LiveSettingsMiddleware
+from .runner import LiveSettingsRunner, live_settings_running, live_settings_start, live_settings_stop
+from .snapshot import SettingsSnapshot
+from .workers import (
+    redis_config,
+    register_stats_provider,
+    settings_publish,
+    worker_id,
+    worker_stats,
+    workers_read,
+)
+
+__all__ = [
+    "LiveSettingsMiddleware",
+    "LiveSettingsRunner",
+    "SettingsSnapshot",
+    "live_settings_running",
+    "live_settings_start",
+    "live_settings_stop",
+    "on_settings_applied",
+    "redis_config",
+    "register_stats_provider",
+    "settings_apply",
+    "settings_apply_soon",
+    "settings_current",
+    "settings_forget",
+    "settings_publish",
+    "worker_id",
+    "worker_stats",
+    "workers_read",
+]

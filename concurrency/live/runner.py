@@ -1,0 +1,285 @@
+"""The one background task per worker that keeps this process in step with the settings row.
+
+With Redis: subscribed to ``<prefix>:concurrency:settings`` (a committed change arrives in milliseconds), a
+database version check every few seconds in case a message was missed, and this worker's stats published
+twice a second. Without Redis: a database version check twice a second (another process on the same SQLite
+file saves; a save in this process is applied directly by the service).
+
+The task never blocks the loop: database reads run on one dedicated thread, and the loop only looks at their
+futures; Redis goes through ``redis.asyncio`` with timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from .apply import bind_loop, settings_apply, settings_current
+from .snapshot import SettingsSnapshot
+from .workers import (
+    WORKER_TTL_SECONDS,
+    redis_config,
+    settings_channel,
+    worker_id,
+    worker_key,
+    worker_stats,
+    workers_index_key,
+)
+
+__all__ = ["LiveSettingsRunner", "live_settings_running", "live_settings_start", "live_settings_stop"]
+
+logger = logging.getLogger(__name__)
+
+_TICK = 0.1  # longest the loop below sleeps: bounds how late a poll result or a stats publish is
+_REDIS_OP_TIMEOUT = 1.0
+_RESTART_DELAY = 5.0  # after a crash, the next start() waits this long, so a bug cannot spin
+
+
+def _db_read(known_version: int | None) -> SettingsSnapshot | None:
+    """On the runner's thread: the row as a snapshot if its version differs from ``known_version``."""
+    from django.db import close_old_connections
+
+    from concurrency.selectors import concurrency_settings_snapshot, concurrency_settings_version
+
+    close_old_connections()
+    try:
+        if known_version is not None and concurrency_settings_version() == known_version:
+            return None
+        return concurrency_settings_snapshot()
+    finally:
+        close_old_connections()
+
+
+class LiveSettingsRunner:
+    def __init__(
+        self,
+        *,
+        redis_url: str = "",
+        prefix: str = "helpcentre",
+        db_poll_interval: float | None = None,
+        stats_interval: float = 0.5,
+    ) -> None:
+        self.redis_url = redis_url
+        self.prefix = prefix
+        # Without Redis the database poll is the only way news from another process arrives: keep it under 1 s.
+        self.db_poll_fast = 0.5 if db_poll_interval is None else db_poll_interval
+        self.db_poll_slow = 3.0 if db_poll_interval is None else db_poll_interval
+        self.stats_interval = stats_interval
+        self.worker_id = worker_id()
+        self._client: Any = None
+        self._pubsub: Any = None
+        self._redis_retry_at = 0.0
+        self._redis_failures = 0
+        self._db_failures = 0
+        self._poll: Future[SettingsSnapshot | None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self.applied_from_redis = 0
+        self.applied_from_db = 0
+
+    @classmethod
+    def from_settings(cls) -> LiveSettingsRunner:
+        url, prefix = redis_config()
+        return cls(redis_url=url, prefix=prefix)
+
+    # -------------------------------------------------------------------------------------------- main loop
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        bind_loop(loop)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="concurrency-live")
+        next_poll = next_stats = loop.time()
+        loaded = False
+        try:
+            while True:
+                if self.redis_url and self._pubsub is None and loop.time() >= self._redis_retry_at:
+                    await self._redis_connect()
+                if self._pubsub is not None:
+                    await self._receive(_TICK)
+                else:
+                    await asyncio.sleep(_TICK)
+                now = loop.time()
+                loaded = self._collect_poll(loaded)
+                if now >= next_poll and self._poll is None:
+                    current = settings_current()
+                    known = current.version if (loaded and current is not None) else None
+                    self._poll = self._executor.submit(_db_read, known)
+                    next_poll = now + (self.db_poll_slow if self._pubsub is not None else self.db_poll_fast)
+                if self._client is not None and now >= next_stats:
+                    next_stats = now + self.stats_interval
+                    await self._publish_stats()
+        finally:
+            bind_loop(None)
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            await self._redis_close(forget_worker=True)
+
+    def _collect_poll(self, loaded: bool) -> bool:
+        """Apply the result of a finished database read; returns whether the row was loaded once."""
+        poll = self._poll
+        if poll is None or not poll.done():
+            return loaded
+        self._poll = None
+        try:
+            snapshot = poll.result()
+        except Exception as exc:
+            self._db_failures += 1
+            if self._db_failures == 1:  # once per streak: a database outage must not flood the log
+                logger.warning("reading the LLM concurrency settings row failed (%s); retrying", exc, exc_info=exc)
+            return loaded
+        if self._db_failures:
+            logger.info("LLM concurrency settings row readable again after %d failed reads", self._db_failures)
+            self._db_failures = 0
+        # The database is the authority: a differing version is applied even if it is lower (restore).
+        if snapshot is not None and settings_apply(snapshot, force=True):
+            self.applied_from_db += 1
+        return True
+
+    # -------------------------------------------------------------------------------------------- Redis
+
+    async def _redis_connect(self) -> None:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(
+            self.redis_url, socket_timeout=_REDIS_OP_TIMEOUT, socket_connect_timeout=_REDIS_OP_TIMEOUT
+        )
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            async with asyncio.timeout(_REDIS_OP_TIMEOUT * 2):
+                await pubsub.subscribe(settings_channel(self.prefix))
+        except (OSError, TimeoutError, aioredis.RedisError) as exc:
+            self._redis_failed(exc)
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+                await client.aclose()
+            return
+        if self._redis_failures:
+            logger.info("LLM concurrency live settings: Redis is back")
+        self._redis_failures = 0
+        self._client, self._pubsub = client, pubsub
+
+    def _redis_failed(self, exc: BaseException) -> None:
+        self._redis_failures += 1
+        delay = min(5.0, 0.5 * 2 ** (self._redis_failures - 1))
+        self._redis_retry_at = asyncio.get_running_loop().time() + delay
+        if self._redis_failures == 1:
+            logger.warning("LLM concurrency live settings: Redis unreachable (%s); polling the database meanwhile", exc)
+
+    async def _receive(self, wait: float) -> None:
+        import redis.asyncio as aioredis
+
+        try:
+            message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
+        except (OSError, TimeoutError, aioredis.RedisError) as exc:
+            await self._redis_close(forget_worker=False)
+            self._redis_failed(exc)
+            return
+        if message is None or message.get("type") != "message":
+            return
+        try:
+            snapshot = SettingsSnapshot.from_json(message["data"])
+        except (ValueError, TypeError) as exc:
+            logger.warning("ignoring a malformed LLM concurrency settings message: %s", exc)
+            return
+        if settings_apply(snapshot):
+            self.applied_from_redis += 1
+
+    async def _publish_stats(self) -> None:
+        import redis.asyncio as aioredis
+
+        payload = json.dumps(worker_stats(), separators=(",", ":"), default=str)
+        now = time.time()
+        index = workers_index_key(self.prefix)
+        try:
+            async with asyncio.timeout(_REDIS_OP_TIMEOUT):
+                pipe = self._client.pipeline(transaction=False)
+                pipe.set(worker_key(self.prefix, self.worker_id), payload, ex=WORKER_TTL_SECONDS)
+                pipe.zadd(index, {self.worker_id: now})
+                pipe.zremrangebyscore(index, "-inf", now - 3600)
+                await pipe.execute()
+        except (OSError, TimeoutError, aioredis.RedisError) as exc:
+            await self._redis_close(forget_worker=False)
+            self._redis_failed(exc)
+
+    async def _redis_close(self, *, forget_worker: bool) -> None:
+        client, pubsub = self._client, self._pubsub
+        self._client = self._pubsub = None
+        if client is None:
+            return
+        # CancelledError too: this also runs while the task is being cancelled, and cleanup is best effort.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            async with asyncio.timeout(0.5):
+                if forget_worker:
+                    await client.delete(worker_key(self.prefix, self.worker_id))
+                    await client.zrem(workers_index_key(self.prefix), self.worker_id)
+        # Bounded too: closing a pub/sub connection mid-read can otherwise wait for the socket timeout, and a
+        # worker (or a test's event loop) shutting down would wait with it.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            async with asyncio.timeout(0.5):
+                await pubsub.aclose()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            async with asyncio.timeout(0.5):
+                await client.aclose()
+
+
+# ------------------------------------------------------------------------------------------------ lifecycle
+
+_task: asyncio.Task[None] | None = None
+_runner: LiveSettingsRunner | None = None
+_crashed_at = 0.0
+
+
+def live_settings_start(runner: LiveSettingsRunner | None = None) -> asyncio.Task[None] | None:
+    """Start this process's live-settings task on the running loop, once; later calls return the same task.
+
+    Call from async code (the ASGI wrapper does it on the first connection). Returns None while a crashed task
+    waits to be restarted.
+    """
+    global _task, _runner
+    loop = asyncio.get_running_loop()
+    task = _task
+    if task is not None and not task.done():
+        if task.get_loop() is loop:
+            return task
+        if not task.get_loop().is_closed():
+            raise RuntimeError("the live-settings task already runs on another event loop")
+    if time.monotonic() - _crashed_at < _RESTART_DELAY:
+        return None
+    _runner = runner or LiveSettingsRunner.from_settings()
+    _task = loop.create_task(_runner.run(), name="concurrency-live-settings")
+    _task.add_done_callback(_on_done)
+    logger.info(
+        "LLM concurrency live settings started in %s (%s)",
+        _runner.worker_id,
+        "Redis pub/sub" if _runner.redis_url else "database poll",
+    )
+    return _task
+
+
+async def live_settings_stop() -> None:
+    """Stop the task (it removes this worker from the console's list) and wait for it."""
+    global _task, _runner
+    task, _task, _runner = _task, None, None
+    if task is None or task.done():
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def live_settings_running() -> LiveSettingsRunner | None:
+    """The runner of the live task, if one runs."""
+    return _runner if _task is not None and not _task.done() else None
+
+
+def _on_done(task: asyncio.Task[None]) -> None:
+    global _crashed_at
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        _crashed_at = time.monotonic()
+        logger.error("LLM concurrency live-settings task crashed; restarting on a later request", exc_info=exc)

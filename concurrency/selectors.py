@@ -1,0 +1,183 @@
+"""Reads: the settings row, and the stats of this worker and of every worker (for the APIs and the console)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from concurrency.live import SettingsSnapshot, settings_current, worker_id, worker_stats, workers_read
+from concurrency.live.workers import redis_config
+from concurrency.models import BACKENDS, ConcurrencySettings
+
+__all__ = [
+    "concurrency_priority",
+    "concurrency_settings_defaults",
+    "concurrency_settings_get",
+    "concurrency_settings_snapshot",
+    "concurrency_settings_version",
+    "concurrency_status",
+    "concurrency_summary",
+    "concurrency_workers",
+    "workers_summary",
+]
+
+# Summed over workers; the wait percentiles are not additive, so the summary keeps their maximum.
+_SUMMED = (
+    "limit",
+    "available",
+    "in_progress",
+    "waiting",
+    "total_acquired",
+    "total_released",
+    "total_timeout",
+    "total_rejected",
+)
+_MAXED = ("wait_ms_p50", "wait_ms_p95", "wait_ms_p99", "max_wait_ms")
+
+
+def concurrency_settings_defaults() -> dict[str, Any]:
+    """The row's values on first use: the environment-seeded settings (seed names, chatbot/settings.py)."""
+    rpm = settings.LLM_RPM_LIMIT
+    return {
+        "limit_default": settings.LLM_MAX_CONCURRENT_DEFAULT,
+        "limit_chat": settings.LLM_MAX_CONCURRENT_CHAT,
+        "limit_responses": settings.LLM_MAX_CONCURRENT_RESPONSES,
+        "limit_embedding": settings.LLM_MAX_CONCURRENT_EMBEDDING,
+        "priority_enabled": settings.LLM_PRIORITY_ENABLED,
+        "starvation_threshold": settings.LLM_PRIORITY_STARVATION_THRESHOLD,
+        "acquire_timeout": settings.LLM_ACQUIRE_TIMEOUT,
+        "max_waiters": settings.LLM_MAX_WAITERS,
+        **{f"rpm_{backend}": rpm for backend in BACKENDS},
+        "retry_max_attempts": settings.LLM_RETRY_MAX_ATTEMPTS,
+        "retry_base_seconds": settings.LLM_RETRY_BASE_SECONDS,
+        "retry_max_seconds": settings.LLM_RETRY_MAX_SECONDS,
+        "llm_request_timeout": settings.LLM_REQUEST_TIMEOUT,
+        "telemetry_sample_rate": settings.LANGFUSE_SAMPLE_RATE,
+    }
+
+
+def concurrency_settings_get() -> ConcurrencySettings:
+    """The settings row, created from the environment's defaults on first use."""
+    row = ConcurrencySettings.objects.select_related("updated_by").filter(pk=ConcurrencySettings.SINGLETON_PK).first()
+    if row is not None:
+        return row
+    try:
+        with transaction.atomic():
+            return ConcurrencySettings.objects.create(
+                pk=ConcurrencySettings.SINGLETON_PK, **concurrency_settings_defaults()
+            )
+    except IntegrityError:  # another worker created it first
+        return ConcurrencySettings.objects.select_related("updated_by").get(pk=ConcurrencySettings.SINGLETON_PK)
+
+
+def concurrency_settings_version() -> int | None:
+    """The row's version, one indexed read (the workers' periodic check); None before the row exists."""
+    return (
+        ConcurrencySettings.objects.filter(pk=ConcurrencySettings.SINGLETON_PK)
+        .values_list("version", flat=True)
+        .first()
+    )
+
+
+def settings_snapshot_of(row: ConcurrencySettings) -> SettingsSnapshot:
+    return SettingsSnapshot(
+        version=row.version,
+        limits=row.limits(),
+        priority_enabled=row.priority_enabled,
+        starvation_threshold=float(row.starvation_threshold),
+        acquire_timeout=float(row.acquire_timeout),
+        max_waiters=row.max_waiters,
+        rpm=row.rpm(),
+        retry_max_attempts=row.retry_max_attempts,
+        retry_base_seconds=float(row.retry_base_seconds),
+        retry_max_seconds=float(row.retry_max_seconds),
+        llm_request_timeout=float(row.llm_request_timeout),
+        telemetry_sample_rate=float(row.telemetry_sample_rate),
+        updated_at=row.updated_at.isoformat() if row.updated_at else None,
+        updated_by=row.updated_by.get_username() if row.updated_by_id and row.updated_by else None,
+    )
+
+
+def concurrency_settings_snapshot() -> SettingsSnapshot:
+    return settings_snapshot_of(concurrency_settings_get())
+
+
+# ------------------------------------------------------------------------------------------------ stats
+
+
+def concurrency_workers() -> list[dict[str, Any]]:
+    """Every live worker's stats: those published to Redis, with this worker's replaced by fresh local ones
+    (so it is listed even before its first publish). Without Redis: just this worker."""
+    local = worker_stats()
+    others = [w for w in workers_read() if w.get("worker_id") != local["worker_id"]]
+    return sorted([local, *others], key=lambda w: str(w["worker_id"]))
+
+
+def workers_summary(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per backend over ``workers``: counters and gauges summed, wait percentiles as their maximum."""
+    summary: dict[str, dict[str, Any]] = {}
+    for worker in workers:
+        for backend, stats in (worker.get("manager") or {}).get("backends", {}).items():
+            row = summary.setdefault(backend, {**dict.fromkeys(_SUMMED, 0), **dict.fromkeys(_MAXED, 0.0)})
+            for key in _SUMMED:
+                row[key] += int(stats.get(key, 0))
+            for key in _MAXED:
+                row[key] = max(row[key], float(stats.get(key, 0.0)))
+    for row in summary.values():
+        row["workers"] = len(workers)
+    return summary
+
+
+def _settings_payload() -> dict[str, Any]:
+    """The settings this worker applied (or the row, before the first apply)."""
+    current = settings_current()
+    snapshot = current if current is not None else concurrency_settings_snapshot()
+    return {**snapshot.to_dict(), "applied": current is not None}
+
+
+def concurrency_status() -> dict[str, Any]:
+    """GET /api/v1/admin/concurrency/status: this worker in full, the settings, every worker and the sums."""
+    workers = concurrency_workers()
+    local = next(w for w in workers if w["worker_id"] == worker_id())
+    return {
+        "worker": local,
+        "settings": _settings_payload(),
+        "redis": bool(redis_config()[0]),
+        "workers": workers,
+        "summary": workers_summary(workers),
+        "server_time": time.time(),
+    }
+
+
+def concurrency_summary() -> dict[str, Any]:
+    """GET /api/v1/admin/concurrency/summary: per backend summed over workers."""
+    workers = concurrency_workers()
+    return {
+        "workers": [w["worker_id"] for w in workers],
+        "backends": workers_summary(workers),
+        "server_time": time.time(),
+    }
+
+
+def concurrency_priority(*, queue_head: int = 10) -> dict[str, Any]:
+    """GET /api/v1/admin/concurrency/priority: mode, starvation threshold, queue heads per backend and worker
+    (each worker has its own queue; heads are listed in the order that worker would serve them)."""
+    local = worker_stats(queue_head=queue_head)
+    others = [w for w in workers_read() if w.get("worker_id") != local["worker_id"]]
+    manager = local["manager"]
+    backends: dict[str, dict[str, Any]] = {}
+    for worker in sorted([local, *others], key=lambda w: str(w["worker_id"])):
+        for backend, stats in (worker.get("manager") or {}).get("backends", {}).items():
+            row = backends.setdefault(backend, {"waiting": 0, "queue_head": []})
+            row["waiting"] += int(stats.get("waiting", 0))
+            row["queue_head"] += [{**entry, "worker_id": worker["worker_id"]} for entry in stats.get("queue_head", [])]
+    return {
+        "mode": manager["mode"],
+        "priority_enabled": manager["mode"] == "priority",
+        "starvation_threshold": manager["starvation_threshold"],
+        "backends": backends,
+        "server_time": time.time(),
+    }

@@ -1,0 +1,236 @@
+"""The concurrency APIs: who may read them, and the shapes they return."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+from django.contrib.auth.models import AnonymousUser, User
+
+from concurrency.api import api_access_allowed
+from concurrency.live import register_stats_provider, settings_forget, worker_id
+from concurrency.manager import reset_manager
+from concurrency.selectors import workers_summary
+
+STATUS = "/api/v1/admin/concurrency/status"
+SUMMARY = "/api/v1/admin/concurrency/summary"
+PRIORITY = "/api/v1/admin/concurrency/priority"
+ENDPOINTS = (STATUS, SUMMARY, PRIORITY)
+TOKEN = "s3cret-token-for-scripts"
+BACKEND_KEYS = {
+    "limit",
+    "available",
+    "in_progress",
+    "waiting",
+    "total_acquired",
+    "total_released",
+    "total_timeout",
+    "total_rejected",
+    "wait_ms_p50",
+    "wait_ms_p95",
+    "wait_ms_p99",
+    "max_wait_ms",
+    "workers",
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state(settings) -> Iterator[None]:
+    settings.REDIS_URL = ""  # one worker: this process
+    settings_forget()
+    reset_manager()
+    yield
+    settings_forget()
+    reset_manager()
+
+
+# ---------------------------------------------------------------------------------------------- the check
+
+
+def user(*, staff: bool, active: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(is_staff=staff, is_active=active, is_authenticated=True)
+
+
+@pytest.mark.parametrize(
+    ("who", "authorization", "token", "allowed"),
+    [
+        (user(staff=True), "", "", True),
+        (user(staff=True), "Bearer wrong", TOKEN, True),  # a staff session needs no token
+        (user(staff=True, active=False), "", "", False),
+        (user(staff=False), "", "", False),
+        (AnonymousUser(), "", "", False),
+        (None, "", "", False),
+        (AnonymousUser(), f"Bearer {TOKEN}", TOKEN, True),
+        (AnonymousUser(), f"bearer {TOKEN}", TOKEN, True),
+        (AnonymousUser(), f"  Bearer   {TOKEN}  ", TOKEN, True),
+        (user(staff=False), f"Bearer {TOKEN}", TOKEN, True),
+        (AnonymousUser(), f"Bearer {TOKEN}x", TOKEN, False),
+        (AnonymousUser(), f"Bearer {TOKEN[:-1]}", TOKEN, False),
+        (AnonymousUser(), f"Token {TOKEN}", TOKEN, False),
+        (AnonymousUser(), TOKEN, TOKEN, False),
+        (AnonymousUser(), "Bearer", TOKEN, False),
+        (AnonymousUser(), "Bearer ", TOKEN, False),
+        (AnonymousUser(), "Bearer ", "", False),  # an empty setting never matches an empty token
+        (AnonymousUser(), "Bearer anything", "", False),
+        (AnonymousUser(), "Bearer pässwörd", TOKEN, False),  # non-ASCII must not raise
+    ],
+)
+def test_api_access_allowed(who, authorization, token, allowed) -> None:
+    assert api_access_allowed(user=who, authorization=authorization, token=token) is allowed
+
+
+# ---------------------------------------------------------------------------------------------- the views
+
+
+@pytest.fixture
+def staff(client) -> User:
+    member = User.objects.create_user("staff", password="pw", is_staff=True)
+    client.force_login(member)
+    return member
+
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.concurrency.urls")]
+
+
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_anonymous_callers_get_403_json(client, url) -> None:
+    response = client.get(url)
+
+    assert response.status_code == 403
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"] == "forbidden"
+
+
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_signed_in_users_who_are_not_staff_get_403(client, url) -> None:
+    client.force_login(User.objects.create_user("visitor", password="pw"))
+
+    assert client.get(url).status_code == 403
+
+
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_the_bearer_token_opens_the_apis_when_configured(client, settings, url) -> None:
+    settings.CONCURRENCY_API_TOKEN = TOKEN
+
+    assert client.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert client.get(url, headers={"Authorization": "Bearer nope"}).status_code == 403
+
+
+def test_no_token_works_while_the_setting_is_empty(client, settings) -> None:
+    settings.CONCURRENCY_API_TOKEN = ""
+
+    assert client.get(STATUS, headers={"Authorization": "Bearer "}).status_code == 403
+
+
+def test_only_get_is_allowed(client, staff) -> None:
+    assert client.post(STATUS).status_code == 405
+
+
+def test_status_shape(client, staff) -> None:
+    unregister = register_stats_provider("graph_cache", lambda: {"entries": 2})
+    try:
+        body = client.get(STATUS).json()
+    finally:
+        unregister()
+
+    assert set(body) == {"worker", "settings", "redis", "workers", "summary", "server_time"}
+    worker = body["worker"]
+    assert worker["worker_id"] == worker_id()
+    assert set(worker) >= {"worker_id", "started_at", "updated_at", "settings_version", "manager", "extra"}
+    assert worker["extra"] == {"graph_cache": {"entries": 2}}
+    manager = worker["manager"]
+    assert manager["mode"] in ("fifo", "priority")
+    assert set(manager["backends"]) == {"default", "chat", "responses", "embedding"}
+    assert set(manager["backends"]["chat"]) >= BACKEND_KEYS - {"workers"} | {"queue_head"}
+    assert body["settings"]["version"] == 1
+    assert set(body["settings"]["limits"]) == {"default", "chat", "responses", "embedding"}
+    assert {"rpm", "retry_max_attempts", "telemetry_sample_rate", "llm_request_timeout"} <= set(body["settings"])
+    assert body["redis"] is False
+    assert [w["worker_id"] for w in body["workers"]] == [worker_id()]
+    assert set(body["summary"]["chat"]) == BACKEND_KEYS
+
+
+def test_a_failing_stats_provider_is_reported_not_fatal(client, staff) -> None:
+    unregister = register_stats_provider("sampler", lambda: 1 / 0)
+    try:
+        body = client.get(STATUS).json()
+    finally:
+        unregister()
+
+    assert "ZeroDivisionError" in body["worker"]["extra"]["sampler"]["error"]
+
+
+def test_summary_shape(client, staff) -> None:
+    body = client.get(SUMMARY).json()
+
+    assert body["workers"] == [worker_id()]
+    assert set(body["backends"]) == {"default", "chat", "responses", "embedding"}
+    assert set(body["backends"]["embedding"]) == BACKEND_KEYS
+    assert body["backends"]["chat"]["available"] == body["backends"]["chat"]["limit"]
+
+
+def test_priority_shape(client, staff) -> None:
+    body = client.get(PRIORITY).json()
+
+    assert body["mode"] == "fifo"
+    assert body["priority_enabled"] is False
+    assert isinstance(body["starvation_threshold"], float)
+    assert set(body["backends"]) == {"default", "chat", "responses", "embedding"}
+    assert body["backends"]["chat"] == {"waiting": 0, "queue_head": []}
+
+
+async def test_queue_heads_show_waiting_requests_with_their_worker(async_client, settings) -> None:
+    import asyncio
+
+    from concurrency.context import request_scope
+    from concurrency.manager import get_manager
+
+    settings.CONCURRENCY_API_TOKEN = TOKEN
+    manager = get_manager({"default": 1, "chat": 1, "responses": 1, "embedding": 1})
+    async with manager.acquire("chat"):
+
+        async def wait_in_line() -> None:
+            with request_scope("req-42"):
+                async with manager.acquire("chat", timeout=5):
+                    pass
+
+        waiter = asyncio.create_task(wait_in_line())
+        await asyncio.sleep(0.01)
+        body = (await async_client.get(PRIORITY, headers={"Authorization": f"Bearer {TOKEN}"})).json()
+    await waiter
+
+    head = body["backends"]["chat"]["queue_head"]
+    assert body["backends"]["chat"]["waiting"] == 1
+    assert head[0]["request_id"] == "req-42"
+    assert head[0]["priority"] == -1
+    assert head[0]["worker_id"] == worker_id()
+
+
+def test_summary_sums_over_workers_and_keeps_the_worst_wait() -> None:
+    def worker(wid: str, in_progress: int, p95: float) -> dict:
+        stats = {
+            "limit": 4,
+            "available": 4 - in_progress,
+            "in_progress": in_progress,
+            "waiting": 1,
+            "total_acquired": 10,
+            "total_released": 9,
+            "total_timeout": 2,
+            "total_rejected": 1,
+            "wait_ms_p50": p95 / 2,
+            "wait_ms_p95": p95,
+            "wait_ms_p99": p95 * 2,
+            "max_wait_ms": p95 * 3,
+            "queue_head": [],
+        }
+        return {"worker_id": wid, "manager": {"backends": {"chat": stats}}}
+
+    summary = workers_summary([worker("a:1", 3, 40.0), worker("b:2", 1, 250.0)])
+
+    chat = summary["chat"]
+    assert (chat["limit"], chat["in_progress"], chat["available"], chat["waiting"]) == (8, 4, 4, 2)
+    assert (chat["total_acquired"], chat["total_timeout"], chat["total_rejected"]) == (20, 4, 2)
+    assert chat["wait_ms_p95"] == 250.0
+    assert chat["max_wait_ms"] == 750.0
+    assert chat["workers"] == 2

@@ -1,0 +1,306 @@
+"""Live settings in one process: a saved change reaches the manager within a second, without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from concurrency.live import (
+    LiveSettingsMiddleware,
+    LiveSettingsRunner,
+    SettingsSnapshot,
+    live_settings_running,
+    live_settings_start,
+    live_settings_stop,
+    on_settings_applied,
+    register_stats_provider,
+    settings_apply,
+    settings_current,
+    settings_forget,
+    worker_id,
+)
+from concurrency.manager import get_manager, reset_manager
+from concurrency.models import ConcurrencySettings
+from concurrency.selectors import concurrency_settings_get
+from concurrency.services import concurrency_settings_update
+
+REDIS_URL = "redis://127.0.0.1:6379/1"
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state() -> Iterator[None]:
+    settings_forget()
+    reset_manager()
+    yield
+    settings_forget()
+    reset_manager()
+
+
+@pytest.fixture
+async def stop_runner() -> AsyncIterator[None]:
+    yield
+    await live_settings_stop()
+
+
+async def eventually(check: Callable[[], bool], within: float = 1.0) -> float:
+    """Seconds until ``check()`` held; fails the test after ``within`` seconds."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > within:
+            pytest.fail(f"condition not met within {within} s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+def snapshot(version: int, **changes) -> SettingsSnapshot:
+    base = {
+        "version": version,
+        "limits": {"default": 8, "chat": 8, "responses": 8, "embedding": 16},
+        "priority_enabled": False,
+        "starvation_threshold": 10.0,
+        "acquire_timeout": 30.0,
+        "max_waiters": 200,
+    }
+    return SettingsSnapshot(**{**base, **changes})
+
+
+# --------------------------------------------------------------------------------------------- applying
+
+
+def test_applying_a_snapshot_configures_the_manager_and_skips_older_ones() -> None:
+    manager = get_manager()
+
+    assert settings_apply(snapshot(3, limits={"chat": 2}, priority_enabled=True))
+    assert not settings_apply(snapshot(2, limits={"chat": 5}))
+
+    assert manager.limit("chat") == 2
+    assert manager.mode == "priority"
+    assert settings_current().version == 3
+    assert settings_apply(snapshot(2, limits={"chat": 5}), force=True)
+    assert manager.limit("chat") == 5
+
+
+def test_a_snapshot_the_manager_refuses_leaves_the_old_settings() -> None:
+    manager = get_manager()
+    settings_apply(snapshot(1, limits={"chat": 4}))
+
+    assert not settings_apply(snapshot(2, limits={"chat": 0}))
+
+    assert manager.limit("chat") == 4
+    assert settings_current().version == 1
+
+
+def test_callbacks_get_every_applied_snapshot_and_the_current_one_on_registration() -> None:
+    seen: list[SettingsSnapshot] = []
+    settings_apply(snapshot(1, rpm={"chat": 60}))
+
+    unregister = on_settings_applied(seen.append)
+    settings_apply(snapshot(2, rpm={"chat": 120}, retry_max_attempts=3, telemetry_sample_rate=0.1))
+    unregister()
+    settings_apply(snapshot(3))
+
+    assert [s.version for s in seen] == [1, 2]
+    assert seen[1].rpm == {"chat": 120}
+    assert seen[1].retry_max_attempts == 3
+    assert seen[1].telemetry_sample_rate == 0.1
+
+
+def test_a_failing_callback_does_not_stop_the_others_or_the_apply() -> None:
+    seen: list[int] = []
+
+    def broken(_: SettingsSnapshot) -> None:
+        raise RuntimeError("boom")
+
+    on_settings_applied(broken)
+    on_settings_applied(lambda s: seen.append(s.version))
+
+    assert settings_apply(snapshot(1, limits={"chat": 3}))
+    assert seen == [1]
+    assert get_manager().limit("chat") == 3
+
+
+def test_snapshots_survive_the_json_round_trip() -> None:
+    original = snapshot(7, rpm={"chat": 1}, updated_by="ops", updated_at="2025-01-01T00:00:00+00:00")
+
+    assert SettingsSnapshot.from_json(original.to_json()) == original
+    assert SettingsSnapshot.from_json(json.dumps({**original.to_dict(), "unknown": 1})) == original
+
+
+# --------------------------------------------------------------------------------------------- the runner
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_runner_applies_the_row_at_start(stop_runner) -> None:
+    await sync_to_async(concurrency_settings_update)(user=None, limit_chat=3)
+    reset_manager()
+    settings_forget()
+
+    live_settings_start(LiveSettingsRunner(redis_url=""))
+
+    await eventually(lambda: get_manager().limit("chat") == 3)
+    assert settings_current().version == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_saved_change_reconfigures_this_process_within_a_second(stop_runner) -> None:
+    await sync_to_async(concurrency_settings_get)()
+    live_settings_start(LiveSettingsRunner(redis_url=""))
+    await eventually(lambda: settings_current() is not None)
+
+    # The save runs on another thread, as in a sync view; the apply is handed to this loop.
+    await sync_to_async(concurrency_settings_update)(user=None, limit_chat=2, priority_enabled=True)
+
+    await eventually(lambda: get_manager().limit("chat") == 2 and get_manager().mode == "priority", within=1.0)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_change_saved_by_another_process_arrives_through_the_database_poll(stop_runner) -> None:
+    await sync_to_async(concurrency_settings_get)()
+    live_settings_start(LiveSettingsRunner(redis_url=""))
+    await eventually(lambda: settings_current() is not None)
+
+    # Another process saved: the row changes, but nothing in this process was told.
+    await ConcurrencySettings.objects.filter(pk=1).aupdate(limit_embedding=5, version=9)
+
+    elapsed = await eventually(lambda: get_manager().limit("embedding") == 5, within=1.0)
+    assert settings_current().version == 9
+    assert elapsed < 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_start_is_idempotent_and_stop_ends_the_task() -> None:
+    first = live_settings_start(LiveSettingsRunner(redis_url=""))
+    second = live_settings_start()
+
+    assert first is second
+    assert live_settings_running() is not None
+
+    await live_settings_stop()
+    assert first.done()
+    assert live_settings_running() is None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_asgi_wrapper_starts_the_task_on_the_first_connection(stop_runner, settings) -> None:
+    settings.CONCURRENCY_LIVE_SETTINGS = True  # the suite's settings switch it off for other apps' tests
+    calls: list[str] = []
+
+    async def app(scope, receive, send) -> None:
+        calls.append(scope["type"])
+
+    wrapped = LiveSettingsMiddleware(app)
+    await wrapped({"type": "http"}, None, None)
+    await wrapped({"type": "websocket"}, None, None)
+
+    assert calls == ["http", "websocket"]
+    assert live_settings_running() is not None
+
+
+async def test_the_asgi_wrapper_can_be_switched_off(settings) -> None:
+    settings.CONCURRENCY_LIVE_SETTINGS = False
+    calls: list[str] = []
+
+    async def app(scope, receive, send) -> None:
+        calls.append(scope["type"])
+
+    await LiveSettingsMiddleware(app)({"type": "http"}, None, None)
+
+    assert calls == ["http"]
+    assert live_settings_running() is None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_asgi_wrapper_answers_lifespan_itself() -> None:
+    inbox: asyncio.Queue[dict] = asyncio.Queue()
+    sent: list[dict] = []
+    await inbox.put({"type": "lifespan.startup"})
+    await inbox.put({"type": "lifespan.shutdown"})
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def app(scope, receive, send) -> None:  # pragma: no cover - must not be called for lifespan
+        raise AssertionError("lifespan reached the application")
+
+    await LiveSettingsMiddleware(app)({"type": "lifespan"}, inbox.get, send)
+
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert live_settings_running() is None
+
+
+# --------------------------------------------------------------------------------------------- with Redis
+
+
+@pytest.fixture
+def redis_prefix(settings) -> Iterator[str]:
+    redis = pytest.importorskip("redis")
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError):
+        pytest.skip("Redis does not answer on 127.0.0.1:6379")
+    prefix = f"cc-test-{uuid.uuid4().hex[:10]}"
+    settings.REDIS_URL = REDIS_URL
+    settings.REDIS_PREFIX = prefix
+    yield prefix
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)
+    client.close()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_change_published_by_another_worker_is_applied_within_a_second(redis_prefix, stop_runner) -> None:
+    import redis.asyncio as aioredis
+
+    await sync_to_async(concurrency_settings_get)()
+    runner = LiveSettingsRunner(redis_url=REDIS_URL, prefix=redis_prefix, db_poll_interval=60)
+    live_settings_start(runner)
+    await eventually(lambda: settings_current() is not None and runner._pubsub is not None, within=3)
+
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        change = snapshot(settings_current().version + 1, limits={"chat": 1, "default": 2})
+        await client.publish(f"{redis_prefix}:concurrency:settings", change.to_json())
+    finally:
+        await client.aclose()
+
+    await eventually(lambda: get_manager().limit("chat") == 1, within=1.0)
+    assert runner.applied_from_redis == 1  # the message did it, not the (disabled) database poll
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_worker_publishes_its_stats_with_a_short_ttl_and_leaves_on_stop(redis_prefix) -> None:
+    import redis.asyncio as aioredis
+
+    unregister = register_stats_provider("graph_cache", lambda: {"size": 3})
+    client = aioredis.Redis.from_url(REDIS_URL)
+    key = f"{redis_prefix}:concurrency:workers:{worker_id()}"
+    try:
+        live_settings_start(LiveSettingsRunner(redis_url=REDIS_URL, prefix=redis_prefix))
+        for _ in range(100):
+            raw = await client.get(key)
+            if raw is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert raw is not None, "no stats published within 2 s"
+        published = json.loads(raw)
+        assert published["worker_id"] == worker_id()
+        assert set(published["manager"]["backends"]) >= {"default", "chat", "responses", "embedding"}
+        assert published["extra"]["graph_cache"] == {"size": 3}  # other providers may be registered too
+        assert 0 < await client.ttl(key) <= 5
+        assert await client.zscore(f"{redis_prefix}:concurrency:workers", worker_id()) is not None
+
+        await live_settings_stop()
+
+        assert await client.get(key) is None
+        assert await client.zscore(f"{redis_prefix}:concurrency:workers", worker_id()) is None
+    finally:
+        unregister()
+        await live_settings_stop()
+        await client.aclose()
