@@ -1,0 +1,204 @@
+"""The in-process prompt store: snapshots served from memory, dropped in every worker when prompts change.
+
+Cross-worker invalidation is a generation value in Django's cache (Redis when REDIS_URL is set, local memory
+otherwise). Every change bumps it after commit; a worker reads it at most once per
+`PROMPT_CACHE_CHECK_INTERVAL` seconds and drops all its snapshots when it differs from the one it saw last.
+Between checks a lookup is a dict read: no database, no cache, no thread hop.
+
+Snapshots from Langfuse (and database fallbacks taken while Langfuse failed) also expire after
+`PROMPT_LANGFUSE_CACHE_TTL` seconds, since a change made in Langfuse bumps nothing here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from prompts.snapshot import PromptSnapshot
+
+logger = logging.getLogger(__name__)
+
+GENERATION_KEY = "prompts:generation"
+SOURCES = ("database", "langfuse")
+
+
+@dataclass(frozen=True, slots=True)
+class LangfuseSettings:
+    host: str
+    public_key: str
+    secret_key: str
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrySettings:
+    check_interval: float
+    source: str
+    langfuse: LangfuseSettings | None  # set only when the source is langfuse and the keys are configured
+    langfuse_ttl: float
+    warning_interval: float
+
+
+def registry_settings_load() -> RegistrySettings:
+    source = getattr(settings, "PROMPT_SOURCE", "database") or "database"
+    langfuse = None
+    if source == "langfuse":
+        public_key = getattr(settings, "LANGFUSE_PUBLIC_KEY", "") or ""
+        secret_key = getattr(settings, "LANGFUSE_SECRET_KEY", "") or ""
+        host = getattr(settings, "LANGFUSE_HOST", "") or "https://cloud.langfuse.com"
+        if public_key and secret_key:
+            langfuse = LangfuseSettings(
+                host=host.rstrip("/"),
+                public_key=public_key,
+                secret_key=secret_key,
+                timeout=float(getattr(settings, "PROMPT_LANGFUSE_TIMEOUT", 2.0)),
+            )
+    return RegistrySettings(
+        check_interval=float(getattr(settings, "PROMPT_CACHE_CHECK_INTERVAL", 1.0)),
+        source=source,
+        langfuse=langfuse,
+        langfuse_ttl=float(getattr(settings, "PROMPT_LANGFUSE_CACHE_TTL", 60.0)),
+        warning_interval=float(getattr(settings, "PROMPT_LANGFUSE_WARNING_INTERVAL", 60.0)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    snapshot: PromptSnapshot
+    expires_at: float | None
+
+
+_NEVER_SEEN = object()
+
+
+class PromptMemory:
+    """Snapshots by (name, label). Thread-safe: lookups are plain dict reads, writes take a lock."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._generation: object = _NEVER_SEEN
+        self._checked_at = float("-inf")
+        self._epoch = 0  # bumped on every drop, so a load that started before it is not stored after it
+        self._settings: RegistrySettings | None = None
+        self._warned_at: dict[str, float] = {}
+
+    @property
+    def settings(self) -> RegistrySettings:
+        loaded = self._settings
+        if loaded is None:
+            loaded = self._settings = registry_settings_load()
+        return loaded
+
+    def settings_reload(self) -> None:
+        self._settings = None
+
+    # --- reads without I/O --------------------------------------------------------------------------------
+    def peek(self, name: str, label: str) -> PromptSnapshot | None:
+        """The snapshot if it is fresh and no generation check is due; None means "ask `refresh`"."""
+        now = self.clock()
+        if now - self._checked_at >= self.settings.check_interval:
+            return None
+        return self._fresh(name, label, now)
+
+    def _fresh(self, name: str, label: str, now: float) -> PromptSnapshot | None:
+        entry = self._entries.get((name, label))
+        if entry is None or (entry.expires_at is not None and now >= entry.expires_at):
+            return None
+        return entry.snapshot
+
+    # --- reads that may touch the cache (sync: call from a thread in async code) --------------------------
+    def generation_check(self) -> None:
+        """Re-read the generation if the interval has passed; drop every snapshot when it changed."""
+        now = self.clock()
+        if now - self._checked_at < self.settings.check_interval:
+            return
+        try:
+            generation = cache.get(GENERATION_KEY)
+        except Exception:
+            # The cache (Redis) is down: keep serving what we have, and try again after the interval.
+            self.warn_throttled("cache", "prompt cache generation unreadable; serving prompts from memory")
+            self._checked_at = now
+            return
+        with self._lock:
+            if generation != self._generation:
+                self._drop_locked()
+                self._generation = generation
+            self._checked_at = now
+
+    def lookup(self, name: str, label: str) -> tuple[PromptSnapshot | None, int]:
+        """(fresh snapshot or None, epoch to hand back to `store`). Checks the generation first when due."""
+        self.generation_check()
+        return self._fresh(name, label, self.clock()), self._epoch
+
+    # --- writes -------------------------------------------------------------------------------------------
+    def store(self, snapshot: PromptSnapshot, *, label: str, epoch: int, ttl: float | None) -> None:
+        with self._lock:
+            if epoch != self._epoch:
+                return  # dropped while this snapshot was being loaded: it may be stale
+            expires_at = None if ttl is None else self.clock() + ttl
+            self._entries[(snapshot.name, label)] = _Entry(snapshot, expires_at)
+
+    def drop(self) -> None:
+        """Forget every snapshot of this worker (the generation check does the same for the others)."""
+        with self._lock:
+            self._drop_locked()
+
+    def _drop_locked(self) -> None:
+        self._entries.clear()
+        self._epoch += 1
+
+    def reset(self) -> None:
+        """Back to the state of a fresh worker (tests)."""
+        with self._lock:
+            self._drop_locked()
+            self._generation = _NEVER_SEEN
+            self._checked_at = float("-inf")
+            self._settings = None
+            self._warned_at.clear()
+
+    def warn_throttled(self, key: str, message: str, *args: object) -> None:
+        """Log a warning at most once per `PROMPT_LANGFUSE_WARNING_INTERVAL` seconds for `key`."""
+        now = self.clock()
+        last = self._warned_at.get(key)
+        if last is not None and now - last < self.settings.warning_interval:
+            return
+        self._warned_at[key] = now
+        logger.warning(message, *args)
+
+
+def generation_bump() -> None:
+    """Tell every worker (this one at once, the others within the check interval) that prompts changed.
+
+    Called after commit. A missing key (cache flushed, Redis restarted) is recreated with a value no worker
+    can have seen, so even then the change is noticed.
+    """
+    memory.drop()
+    try:
+        try:
+            cache.incr(GENERATION_KEY)
+        except ValueError:
+            cache.set(GENERATION_KEY, time.time_ns(), timeout=None)
+    except Exception:
+        logger.exception(
+            "prompt cache generation not bumped: other workers keep their old prompts until the next change"
+        )
+
+
+memory = PromptMemory()
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: object) -> None:
+    if setting.startswith(("PROMPT_", "LANGFUSE_")):
+        memory.settings_reload()
+        memory.drop()

@@ -1,0 +1,129 @@
+"""Reads of the prompt registry.
+
+`prompt_get` / `aprompt_get` are the hot path of every pipeline request: they answer from memory
+(`prompts.memory`) and touch the cache or the database only when a generation check is due or the snapshot is
+missing. The async variant then makes one thread hop (the database source), or one hop to Langfuse plus one to
+the database when Langfuse fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from channels.db import database_sync_to_async
+from django.db import connections
+
+from prompts.catalogue import LATEST, PRODUCTION, spec_get
+from prompts.errors import PromptError, PromptNotFoundError, PromptSourceError
+from prompts.memory import memory
+from prompts.models import Prompt
+from prompts.snapshot import PromptSnapshot, snapshot_build
+
+logger = logging.getLogger(__name__)
+
+
+def prompt_get(*, name: str, label: str = PRODUCTION) -> PromptSnapshot:
+    """The version of `name` holding `label`, from memory when fresh (sync: not for use on an event loop).
+
+    Raises PromptNotFoundError for a name outside the catalogue or a label no version holds.
+    """
+    snapshot = memory.peek(name, label)
+    if snapshot is not None:
+        return snapshot
+    spec_get(name)
+    if memory.settings.langfuse is not None:
+        snapshot = _remote_resolve(name, label)
+        if snapshot is not None:
+            return snapshot
+    return _database_resolve(name, label)
+
+
+async def aprompt_get(*, name: str, label: str = PRODUCTION) -> PromptSnapshot:
+    """`prompt_get` for async code: no hop when the memory copy is fresh, never blocks the event loop."""
+    snapshot = memory.peek(name, label)
+    if snapshot is not None:
+        return snapshot
+    spec_get(name)
+    if memory.settings.langfuse is not None:
+        # Plain thread, not the shared ORM thread: a slow Langfuse must not hold up other database work.
+        snapshot = await asyncio.to_thread(_remote_resolve, name, label)
+        if snapshot is not None:
+            return snapshot
+    return await database_sync_to_async(_database_resolve)(name, label)
+
+
+def prompt_versions_list(*, name: str) -> list[tuple[int, tuple[str, ...]]]:
+    """(version, labels) of every version of `name`, newest first (for the admin's compare picker)."""
+    rows = Prompt.objects.filter(name=name).order_by("-version").values_list("version", "labels")
+    return [(version, tuple(labels or ())) for version, labels in rows]
+
+
+# --- loading (sync; run in a thread from async code) ----------------------------------------------------------
+def _remote_resolve(name: str, label: str) -> PromptSnapshot | None:
+    from prompts.langfuse_source import langfuse_prompt_fetch
+
+    snapshot, epoch = memory.lookup(name, label)
+    if snapshot is not None:
+        return snapshot
+    config = memory.settings.langfuse
+    if config is None:
+        return None
+    try:
+        snapshot = langfuse_prompt_fetch(config=config, name=name, label=label)
+    except PromptSourceError as exc:
+        memory.warn_throttled(
+            f"langfuse:{name}:{label}", "Langfuse prompt unavailable, serving the database version: %s", exc
+        )
+        return None
+    memory.store(snapshot, label=label, epoch=epoch, ttl=memory.settings.langfuse_ttl)
+    return snapshot
+
+
+def _database_resolve(name: str, label: str) -> PromptSnapshot:
+    snapshot, epoch = memory.lookup(name, label)
+    if snapshot is not None:
+        return snapshot
+    snapshot = _database_load(name, label)
+    # Under the Langfuse source a database copy is a fallback: let it expire so Langfuse is tried again.
+    ttl = memory.settings.langfuse_ttl if memory.settings.langfuse is not None else None
+    memory.store(snapshot, label=label, epoch=epoch, ttl=ttl)
+    return snapshot
+
+
+def _database_load(name: str, label: str) -> PromptSnapshot:
+    versions = (
+        Prompt.objects.filter(name=name).order_by("-version").values_list("version", "labels", "template", "config")
+    )
+    if connections[Prompt.objects.db].features.supports_json_field_contains:
+        row = versions.filter(labels__contains=[label]).first()
+    else:  # SQLite: no JSON containment lookup; the label is nearly always on one of the newest versions
+        row = next((r for r in versions.iterator(chunk_size=20) if label in (r[1] or ())), None)
+    if row is None:
+        if label in (PRODUCTION, LATEST) and not Prompt.objects.filter(name=name).exists():
+            memory.warn_throttled(
+                f"catalogue:{name}", "prompt %s has no version in the database; serving its default", name
+            )
+            return _catalogue_snapshot(name)
+        raise PromptNotFoundError(f"no version of prompt {name!r} has the label {label!r}")
+    version, labels, template, config = row
+    try:
+        return snapshot_build(
+            name=name, version=version, labels=labels or (), template=template, config=config, source="database"
+        )
+    except PromptError as exc:
+        # Only possible when the catalogue changed under stored versions: keep answering, loudly.
+        logger.error("prompt %s v%s no longer fits the catalogue (%s); serving its default", name, version, exc)
+        return _catalogue_snapshot(name)
+
+
+def _catalogue_snapshot(name: str) -> PromptSnapshot:
+    spec = spec_get(name)
+    return snapshot_build(
+        name=name,
+        version=0,
+        labels=(PRODUCTION, LATEST),
+        template=spec.template,
+        config=spec.config,
+        source="catalogue",
+    )

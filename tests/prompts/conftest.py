@@ -1,0 +1,40 @@
+"""Each test starts with a fresh worker: empty prompt memory, no generation in the cache, a fake clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.core.cache import cache
+
+from prompts.memory import GENERATION_KEY, memory
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture(autouse=True)
+def clock() -> Iterator[FakeClock]:
+    fake = FakeClock()
+    memory.reset()
+    memory.clock = fake
+    cache.delete(GENERATION_KEY)
+    yield fake
+    memory.reset()
+    memory.clock = time.monotonic
+    cache.delete(GENERATION_KEY)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hasher(settings) -> None:
+    # admin_client's superuser is hashed with the slow production hasher otherwise (~0.5 s per test).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,17 @@
+from prompts.checks import prompt_settings_check
+
+
+def test_defaults_pass(settings):
+    assert prompt_settings_check() == []
+
+
+def test_unknown_source_and_bad_interval_are_errors(settings):
+    settings.PROMPT_SOURCE = "lanfguse"
+    settings.PROMPT_CACHE_CHECK_INTERVAL = 0
+    assert [m.id for m in prompt_settings_check()] == ["prompts.E001", "prompts.E002"]
+
+
+def test_langfuse_source_without_keys_is_a_warning(settings):
+    settings.PROMPT_SOURCE = "langfuse"
+    settings.LANGFUSE_PUBLIC_KEY = ""
+    assert [m.id for m in prompt_settings_check()] == ["prompts.W001"]
