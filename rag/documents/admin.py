@@ -1,0 +1,404 @@
+"""Admin pages: documents (with their chunks and descriptions, file uploads) and index/backfill jobs (start,
+follow, cancel).
+
+Rows here mirror the vector store, so they are read-only: documents change through index jobs, jobs through
+their runner. Staff act with buttons (upload, start a reindex or a backfill, cancel) that call the services;
+a job's page follows its progress through the job API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from rag.documents.models import BackfillJob, Chunk, Document, IndexFormat, IndexJob, Job, JobStatus
+from rag.documents.services import (
+    MAX_UPLOAD_BYTES,
+    UploadRefused,
+    backfill_job_create,
+    index_job_create,
+    job_cancel,
+    upload_save,
+)
+from rag.documents.sources import UPLOAD_SUFFIXES, PathNotAllowed, corpus_dir, path_allowed, uploads_dir
+
+# --- forms ----------------------------------------------------------------------------------------------------
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("widget", MultipleFileInput(attrs={"accept": ",".join(sorted(UPLOAD_SUFFIXES))}))
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data: Any, initial: Any = None) -> Any:
+        single = super().clean
+        if isinstance(data, list | tuple):
+            return [single(item, initial) for item in data]
+        return [single(data, initial)]
+
+
+class UploadForm(forms.Form):
+    files = MultipleFileField(
+        help_text=f"Markdown, text, HTML, PDF or SQuAD JSON; at most {MAX_UPLOAD_BYTES // (1024 * 1024)} MB each. "
+        "A file with the name of an earlier upload replaces it."
+    )
+    index_now = forms.BooleanField(required=False, initial=True, label="Start an index job for these files")
+
+
+class ReindexForm(forms.Form):
+    paths = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        help_text="One file or folder per line, absolute or relative to the corpus folder; empty means the whole "
+        "corpus folder. Only the corpus and uploads folders can be indexed.",
+    )
+    format = forms.ChoiceField(choices=IndexFormat.choices, initial=IndexFormat.AUTO)
+    full = forms.BooleanField(required=False, help_text="Re-embed every document, changed or not.")
+
+    def clean_paths(self) -> list[str]:
+        lines = [line.strip() for line in self.cleaned_data["paths"].splitlines() if line.strip()]
+        try:
+            return [str(path_allowed(line)) for line in lines]
+        except PathNotAllowed as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class BackfillForm(forms.Form):
+    limit = forms.IntegerField(
+        required=False, min_value=1, help_text="Describe at most this many chunks (empty: every chunk without one)."
+    )
+
+
+# --- documents ------------------------------------------------------------------------------------------------
+
+
+class ChunkInline(admin.TabularInline):
+    model = Chunk
+    fields = ("ordinal", "heading", "text_preview", "description_zh", "description_en", "described_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    change_list_template = "admin/rag_documents/document/change_list.html"
+    list_display = ("doc_id", "title", "language", "kind", "status", "chunk_count", "described", "indexed_at")
+    list_filter = ("language", "kind", "status", "source_format")
+    search_fields = ("doc_id", "title", "source", "form_id", "url")
+    readonly_fields = (
+        "doc_id",
+        "title",
+        "url",
+        "language",
+        "kind",
+        "tags",
+        "form_id",
+        "form_file",
+        "source",
+        "source_format",
+        "content_hash",
+        "chunk_count",
+        "status",
+        "status_detail",
+        "indexed_at",
+        "updated_at",
+        "last_job",
+    )
+    inlines = (ChunkInline,)
+    actions = ("reindex_sources",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(described_n=Count("chunks", filter=Q(chunks__described_at__isnull=False)))
+        )
+
+    @admin.display(description="described", ordering="described_n")
+    def described(self, obj: Document) -> str:
+        return f"{getattr(obj, 'described_n', 0)}/{obj.chunk_count}"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # a row is bookkeeping of the index: remove the file and reindex instead
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path("upload/", self.admin_site.admin_view(self.upload_view), name="rag_documents_document_upload"),
+            *super().get_urls(),
+        ]
+
+    @admin.action(description="Reindex the sources of the selected documents")
+    def reindex_sources(self, request: HttpRequest, queryset: QuerySet[Document]) -> HttpResponse | None:
+        paths: list[str] = []
+        for source in sorted(set(queryset.values_list("source", flat=True))):
+            try:
+                paths.append(str(path_allowed(source)))
+            except PathNotAllowed:
+                continue
+        if not paths:
+            self.message_user(
+                request, "None of the selected documents has a source in an indexable folder.", messages.ERROR
+            )
+            return None
+        job = index_job_create(paths=paths, created_by=request.user, created_from="admin")
+        return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+
+    def upload_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request) or not request.user.has_perm("rag_documents.add_indexjob"):
+            raise PermissionDenied
+        form = UploadForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            saved = []
+            try:
+                for upload in form.cleaned_data["files"]:
+                    saved.append(upload_save(name=upload.name, chunks=upload.chunks()))
+            except UploadRefused as exc:
+                form.add_error("files", str(exc))
+            else:
+                names = ", ".join(p.name for p in saved)
+                if not form.cleaned_data["index_now"]:
+                    self.message_user(request, f"Uploaded {names} into {uploads_dir()}.", messages.SUCCESS)
+                    return HttpResponseRedirect(reverse("admin:rag_documents_document_changelist"))
+                job = index_job_create(paths=saved, created_by=request.user, created_from="admin")
+                self.message_user(request, f"Uploaded {names}; index job #{job.pk} indexes them.", messages.SUCCESS)
+                return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Upload documents",
+            "form": form,
+            "multipart": True,
+            "submit_label": "Upload",
+            "intro": f"Files are saved in {uploads_dir()} and indexed with the corpus ({corpus_dir()}).",
+        }
+        return TemplateResponse(request, "admin/rag_documents/form_page.html", context)
+
+
+# --- jobs -----------------------------------------------------------------------------------------------------
+
+
+class JobAdmin(admin.ModelAdmin):
+    kind = ""
+    change_form_template = "admin/rag_documents/job_change_form.html"
+    change_list_template = "admin/rag_documents/job_change_list.html"
+    list_filter = ("status", "created_from")
+    date_hierarchy = "created_at"
+    actions = ("cancel_jobs",)
+    common_readonly = (
+        "status",
+        "stage",
+        "progress_done",
+        "progress_total",
+        "added",
+        "updated",
+        "unchanged",
+        "deleted",
+        "skipped",
+        "failed",
+        "error",
+        "log",
+        "report",
+        "cancel_requested",
+        "created_by",
+        "created_from",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "runner",
+        "heartbeat_at",
+    )
+
+    @admin.display(description="progress")
+    def progress(self, obj: Job) -> str:
+        return format_html(
+            '<progress max="100" value="{}" style="width:8em"></progress> {}/{}',
+            obj.percent,
+            obj.progress_done,
+            obj.progress_total,
+        )
+
+    @admin.display(description="outcome")
+    def outcome(self, obj: Job) -> str:
+        parts = [f"{name} {getattr(obj, name)}" for name in ("added", "updated", "deleted", "skipped", "failed")]
+        return ", ".join(part for part in parts if not part.endswith(" 0")) or "-"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # jobs are started with the "Start" button, which goes through the service
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and (obj is None or obj.finished)
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path("start/", self.admin_site.admin_view(self.start_view), name="{}_{}_start".format(*info)),
+            path(
+                "<int:object_id>/cancel/",
+                self.admin_site.admin_view(require_POST(self.cancel_view)),
+                name="{}_{}_cancel".format(*info),
+            ),
+            *super().get_urls(),
+        ]
+
+    @admin.action(description="Cancel the selected jobs")
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        cancelled = sum(job_cancel(job=job) for job in queryset if not job.finished)
+        self.message_user(request, f"Cancel requested for {cancelled} job(s).", messages.SUCCESS)
+
+    def cancel_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        job = get_object_or_404(self.model, pk=object_id)
+        if job_cancel(job=job):
+            self.message_user(request, f"Cancel requested for {job}.", messages.SUCCESS)
+        else:
+            self.message_user(request, f"{job} has already finished.", messages.WARNING)
+        return HttpResponseRedirect(
+            reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[job.pk])
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        busy = self.model.objects.filter(status__in=(JobStatus.PENDING, JobStatus.RUNNING)).exists()
+        start_url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_start")
+        extra = {"auto_refresh": busy, "start_url": start_url, "start_label": self.start_label, **(extra_context or {})}
+        return super().changelist_view(request, extra)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        info = self.opts.app_label, self.opts.model_name
+        extra = {
+            "status_url": reverse(f"rag-{self.kind}-job", kwargs={"job_id": int(object_id)}),
+            "cancel_url": reverse("admin:{}_{}_cancel".format(*info), args=[int(object_id)]),
+            "job_object": self.model.objects.filter(pk=object_id).first(),
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, extra)
+
+    start_label = "Start"
+
+    def start_view(self, request: HttpRequest) -> HttpResponse:
+        raise NotImplementedError
+
+    def _form_page(self, request: HttpRequest, form: forms.Form, *, title: str, intro: str = "") -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": title,
+            "form": form,
+            "submit_label": "Start",
+            "intro": intro,
+        }
+        return TemplateResponse(request, "admin/rag_documents/form_page.html", context)
+
+    def _started(self, request: HttpRequest, job: Job) -> HttpResponse:
+        self.message_user(request, f"{job} is queued; this page follows it.", messages.SUCCESS)
+        return HttpResponseRedirect(
+            reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[job.pk])
+        )
+
+    def _may_start(self, request: HttpRequest) -> None:
+        if not request.user.has_perm(f"{self.opts.app_label}.add_{self.opts.model_name}"):
+            raise PermissionDenied
+
+
+@admin.register(IndexJob)
+class IndexJobAdmin(JobAdmin):
+    kind = "index"
+    start_label = "Start a reindex"
+    list_display = ("__str__", "status", "progress", "outcome", "paths_short", "full", "created_by", "created_at")
+    readonly_fields = (
+        "paths",
+        "format",
+        "full",
+        "if_empty",
+        "chunks",
+        "chunks_embedded",
+        "collection",
+        *JobAdmin.common_readonly,
+    )
+
+    @admin.display(description="paths")
+    def paths_short(self, obj: IndexJob) -> str:
+        paths = list(obj.paths or [])
+        if not paths:
+            return "(corpus folder)"
+        return ", ".join(paths[:2]) + (f" +{len(paths) - 2}" if len(paths) > 2 else "")
+
+    def start_view(self, request: HttpRequest) -> HttpResponse:
+        self._may_start(request)
+        form = ReindexForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            job = index_job_create(
+                paths=form.cleaned_data["paths"],
+                format=form.cleaned_data["format"],
+                full=form.cleaned_data["full"],
+                created_by=request.user,
+                created_from="admin",
+            )
+            return self._started(request, job)
+        intro = (
+            "Only changed documents are embedded again; documents removed from these paths are removed from the "
+            "index. The index switches at once when the job has finished."
+        )
+        return self._form_page(request, form, title="Start a reindex", intro=intro)
+
+
+@admin.register(BackfillJob)
+class BackfillJobAdmin(JobAdmin):
+    kind = "backfill"
+    start_label = "Start a backfill"
+    list_display = ("__str__", "status", "progress", "outcome", "limit", "created_by", "created_at")
+    readonly_fields = ("limit", *JobAdmin.common_readonly)
+
+    def start_view(self, request: HttpRequest) -> HttpResponse:
+        self._may_start(request)
+        form = BackfillForm(request.POST or None)
+        if not settings.LLM_BASE_URL:
+            self.message_user(
+                request,
+                "No LLM is configured (LLM_BASE_URL): backfill needs one to write descriptions.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(reverse("admin:rag_documents_backfilljob_changelist"))
+        if request.method == "POST" and form.is_valid():
+            job = backfill_job_create(limit=form.cleaned_data["limit"], created_by=request.user, created_from="admin")
+            return self._started(request, job)
+        intro = (
+            "The LLM writes a short Traditional Chinese and English description of every chunk that has none; "
+            "descriptions become searchable text of their chunk."
+        )
+        return self._form_page(request, form, title="Start a backfill", intro=intro)

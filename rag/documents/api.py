@@ -1,0 +1,209 @@
+"""Staff-only JSON API of index and backfill jobs.
+
+    POST /api/v1/rag/index-jobs               {"paths": [...], "format": "auto", "full": false} -> 201 job
+    GET  /api/v1/rag/index-jobs               recent jobs
+    GET  /api/v1/rag/index-jobs/<id>          the job (status, progress, counts, log)
+    POST /api/v1/rag/index-jobs/<id>/cancel   -> 202 job (409 when it has finished)
+    and the same under /api/v1/rag/backfill-jobs ({"limit": N} when creating).
+
+Access: a staff session (with its CSRF token for POST), or ``Authorization: Bearer <CONCURRENCY_API_TOKEN>``
+(the concurrency APIs' token) when that setting is set; anyone else gets 403 JSON, never a login redirect. Paths
+must lie in CORPUS_DIR or the uploads folder: this API must not become a way to read the server's files. Bad
+input is a 400 naming the field. Sync views: Django runs them on a worker thread under ASGI.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+
+from concurrency.api import api_access_allowed
+from rag.documents.models import Job
+from rag.documents.selectors import job_as_dict, job_get, jobs_recent
+from rag.documents.services import backfill_job_create, index_job_create, job_cancel
+from rag.documents.sources import FORMATS, PathNotAllowed, path_allowed
+
+MAX_PATHS = 200
+MAX_BODY_BYTES = 64 * 1024
+
+
+class BadInput(ValueError):
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+def _error(status: int, error: str, detail: str, **extra: Any) -> JsonResponse:
+    return JsonResponse({"error": error, "detail": detail, **extra}, status=status)
+
+
+def _bad(exc: BadInput) -> JsonResponse:
+    return _error(400, "bad_request", exc.detail, field=exc.field)
+
+
+def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
+    return CsrfViewMiddleware(lambda _request: HttpResponse()).process_view(request, None, (), {})
+
+
+def staff_api(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A staff session (CSRF-checked on unsafe methods) or the API bearer token; else 403 JSON."""
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        authorization = request.headers.get("Authorization", "")
+        token = settings.CONCURRENCY_API_TOKEN
+        by_token = api_access_allowed(user=None, authorization=authorization, token=token)
+        by_session = api_access_allowed(user=getattr(request, "user", None), authorization="", token="")
+        if not (by_token or by_session):
+            return _error(403, "forbidden", "staff session or a valid API token required")
+        # a bearer token is never sent by a browser on its own, so only cookie-authenticated writes need CSRF
+        if not by_token and request.method not in ("GET", "HEAD", "OPTIONS") and _csrf_failure(request) is not None:
+            return _error(403, "forbidden", "CSRF check failed: send the csrftoken cookie and X-CSRFToken header")
+        return view(request, *args, **kwargs)
+
+    return csrf_exempt(checked)
+
+
+def _json_body(request: HttpRequest) -> dict[str, Any]:
+    if len(request.body) > MAX_BODY_BYTES:
+        raise BadInput("body", f"larger than {MAX_BODY_BYTES} bytes")
+    if not request.body.strip():
+        return {}
+    try:
+        data = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput("body", f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BadInput("body", "expected a JSON object")
+    return data
+
+
+def _only(data: Mapping[str, Any], allowed: set[str]) -> None:
+    for key in data:
+        if key not in allowed:
+            raise BadInput(str(key), f"unknown field; expected {', '.join(sorted(allowed))}")
+
+
+def index_job_input_parse(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked arguments of `index_job_create` from a request body; raises BadInput naming the field."""
+    _only(data, {"paths", "format", "full"})
+    raw_paths = data.get("paths", [])
+    if raw_paths is None:
+        raw_paths = []
+    if not isinstance(raw_paths, list) or not all(isinstance(p, str) for p in raw_paths):
+        raise BadInput("paths", "expected a list of strings")
+    if len(raw_paths) > MAX_PATHS:
+        raise BadInput("paths", f"at most {MAX_PATHS} paths")
+    paths = []
+    for raw in raw_paths:
+        try:
+            paths.append(str(path_allowed(raw)))
+        except PathNotAllowed as exc:
+            raise BadInput("paths", str(exc)) from None
+    fmt = data.get("format", "auto")
+    if fmt not in FORMATS:
+        raise BadInput("format", f"expected one of {', '.join(FORMATS)}")
+    full = data.get("full", False)
+    if not isinstance(full, bool):
+        raise BadInput("full", "expected true or false")
+    return {"paths": paths, "format": fmt, "full": full}
+
+
+def backfill_job_input_parse(data: Mapping[str, Any]) -> dict[str, Any]:
+    _only(data, {"limit"})
+    limit = data.get("limit")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise BadInput("limit", "expected a positive integer or null")
+    return {"limit": limit}
+
+
+def _created(request: HttpRequest, job: Job, name: str) -> JsonResponse:
+    response = JsonResponse(job_as_dict(job=job), status=201)
+    response["Location"] = reverse(name, kwargs={"job_id": job.pk})
+    return response
+
+
+def _jobs(request: HttpRequest, kind: str) -> HttpResponse:
+    if request.method == "GET":
+        return JsonResponse({"jobs": [job_as_dict(job=job) for job in jobs_recent(kind=kind)]})
+    if request.method != "POST":
+        return _error(405, "method_not_allowed", "use GET or POST")
+    try:
+        data = _json_body(request)
+        if kind == "index":
+            job: Job = index_job_create(**index_job_input_parse(data), created_by=request.user, created_from="api")
+        else:
+            arguments = backfill_job_input_parse(data)
+            if not settings.LLM_BASE_URL:
+                return _error(409, "no_llm", "no LLM is configured (LLM_BASE_URL): backfill needs one")
+            job = backfill_job_create(**arguments, created_by=request.user, created_from="api")
+    except BadInput as exc:
+        return _bad(exc)
+    return _created(request, job, f"rag-{kind}-job")
+
+
+def _detail(request: HttpRequest, kind: str, job_id: int) -> HttpResponse:
+    if request.method != "GET":
+        return _error(405, "method_not_allowed", "use GET")
+    job = job_get(kind=kind, job_id=job_id)
+    if job is None:
+        return _error(404, "not_found", f"no {kind} job {job_id}")
+    return JsonResponse(job_as_dict(job=job))
+
+
+def _cancel(request: HttpRequest, kind: str, job_id: int) -> HttpResponse:
+    if request.method != "POST":
+        return _error(405, "method_not_allowed", "use POST")
+    job = job_get(kind=kind, job_id=job_id)
+    if job is None:
+        return _error(404, "not_found", f"no {kind} job {job_id}")
+    if not job_cancel(job=job):
+        detail = f"{kind} job {job_id} has already finished ({job.status})"
+        return _error(409, "finished", detail, job=job_as_dict(job=job))
+    return JsonResponse(job_as_dict(job=job), status=202)
+
+
+@never_cache
+@staff_api
+def index_jobs(request: HttpRequest) -> HttpResponse:
+    return _jobs(request, "index")
+
+
+@never_cache
+@staff_api
+def index_job(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _detail(request, "index", job_id)
+
+
+@never_cache
+@staff_api
+def index_job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _cancel(request, "index", job_id)
+
+
+@never_cache
+@staff_api
+def backfill_jobs(request: HttpRequest) -> HttpResponse:
+    return _jobs(request, "backfill")
+
+
+@never_cache
+@staff_api
+def backfill_job(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _detail(request, "backfill", job_id)
+
+
+@never_cache
+@staff_api
+def backfill_job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _cancel(request, "backfill", job_id)

@@ -1,0 +1,397 @@
+"""The body of an index job: load the sources, plan an incremental build, build and switch, then the rows.
+
+Which documents can be reused is read from the live build itself (each point carries its document's content
+hash and source), not only from the Document rows: the index is what gets copied, so it is the authority, and
+an index built before these rows existed (the demo corpus, an older checkout) is reused all the same. The rows
+are rewritten to mirror the new build in one transaction after the switch. A failure or a cancel before the
+switch leaves the live index and the rows as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from rag.documents.hooks import documents_reindexed_notify
+from rag.documents.models import TEXT_PREVIEW_CHARS, Chunk, Document, DocumentStatus, IndexJob, JobStatus
+from rag.documents.services import JobCancelled, JobTracker, bounded, db_retry
+from rag.documents.sources import LoadResult, chunking_for, corpus_dir, format_of, in_scope, load_sources
+from rag.retrieval.embedding import Embedder
+from rag.retrieval.indexer import (
+    IndexCancelled,
+    IndexedChunk,
+    LiveDocument,
+    ReindexReport,
+    build_compatible,
+    live_documents,
+    reindex,
+)
+from rag.retrieval.markdown import Document as SourceDocument
+from rag.retrieval.sparse import BM25Encoder
+from rag.retrieval.store import VectorStore
+
+logger = logging.getLogger(__name__)
+
+
+class JobFailed(Exception):
+    """The job cannot do what was asked (no documents, every path missing...); the message says why."""
+
+
+@dataclass(slots=True)
+class ReindexPlan:
+    embed: list[SourceDocument] = field(default_factory=list)
+    copy: set[str] = field(default_factory=set)
+    reencode: set[str] = field(default_factory=set)
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    stale: dict[str, str] = field(default_factory=dict)  # doc_id -> why its source could not be read
+
+
+def plan_reindex(
+    *,
+    loaded: LoadResult,
+    live: Mapping[str, LiveDocument],
+    known_sources: Mapping[str, tuple[str, str]],
+    scope: list[Path],
+    job_format: str,
+    full: bool,
+    compatible: bool,
+) -> ReindexPlan:
+    """What to embed, copy, re-encode and delete. `known_sources` is doc_id -> (source, format) from the rows,
+    for builds whose payloads do not carry the source."""
+    plan = ReindexPlan()
+    reuse = compatible and not full
+    by_id = {document.doc_id: document for document in loaded.documents}
+    for document in loaded.documents:
+        previous = live.get(document.doc_id)
+        if previous is None:
+            plan.added.append(document.doc_id)
+            plan.embed.append(document)
+        elif previous.content_hash != document.content_hash:
+            plan.updated.append(document.doc_id)
+            plan.embed.append(document)
+        else:
+            plan.unchanged.append(document.doc_id)
+            if reuse:
+                plan.copy.add(document.doc_id)
+            else:
+                plan.embed.append(document)
+    # by resolved and by plain absolute path: a source may have been replaced by a link since it was indexed
+    unreadable = {str(Path(e.path).resolve()): e.reason for e in loaded.skipped}
+    unreadable.update({str(Path(e.path).absolute()): e.reason for e in loaded.skipped})
+    for doc_id, previous in live.items():
+        if doc_id in by_id:
+            continue
+        source, source_format = previous.source, ""
+        if doc_id in known_sources:
+            row_source, source_format = known_sources[doc_id]
+            source = source or row_source
+        if in_scope(source, scope, job_format=job_format, source_format=source_format):
+            if source in unreadable and Path(source).exists():
+                # the file is still there but unreadable now: keep the version that was indexed
+                plan.stale[doc_id] = unreadable[source]
+            else:
+                plan.deleted.append(doc_id)
+                continue
+        # not this job's business (another folder, uploads...): carried over into the new build
+        (plan.copy if reuse else plan.reencode).add(doc_id)
+    return plan
+
+
+def _known_sources() -> dict[str, tuple[str, str]]:
+    rows = Document.objects.exclude(status=DocumentStatus.DELETED).values_list("doc_id", "source", "source_format")
+    return {doc_id: (source, fmt) for doc_id, source, fmt in rows}
+
+
+def index_job_execute(
+    *, job: IndexJob, store: VectorStore, embedder: Embedder, stop: threading.Event | None = None
+) -> IndexJob:
+    """Run a claimed (running) index job to its end: succeeded, failed or cancelled. Blocking: run it in a
+    thread. Never raises for the job's own failures; they are written to the row."""
+    tracker = JobTracker(job, stop=stop)
+    started = time.perf_counter()
+    try:
+        _execute(job, tracker, store, embedder, started)
+    except (JobCancelled, IndexCancelled):
+        tracker.finish(JobStatus.CANCELLED, error="cancelled on request; the live index is unchanged")
+    except JobFailed as exc:
+        tracker.finish(JobStatus.FAILED, error=str(exc))
+    except Exception as exc:
+        logger.exception("index job #%s failed", job.pk)
+        tracker.finish(JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+    job.refresh_from_db()
+    return job
+
+
+def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: Embedder, started: float) -> None:
+    if job.if_empty:
+        count = store.count()
+        if count:
+            tracker.log(f"{store.alias} already holds {count} chunks; nothing to do (--if-empty).")
+            tracker.finish(JobStatus.SUCCEEDED, chunks=count, report={"if_empty": True, "chunks": count})
+            return
+    scope = [Path(p) for p in job.paths] or [corpus_dir()]
+    tracker.stage("loading")
+    tracker.set(progress_total=len(scope))
+    entries = 0
+
+    def on_entry(path: Path) -> None:
+        nonlocal entries
+        tracker.set(progress_done=entries)
+        tracker.check()
+        entries += 1
+
+    loaded = load_sources(scope, format=job.format, on_entry=on_entry)
+    for error in loaded.skipped:
+        tracker.log(f"skipped {error.path}: {error.reason}")
+    tracker.check()
+
+    tracker.stage("planning")
+    encoder = BM25Encoder()
+    live = live_documents(store)
+    compatible = build_compatible(store.metadata(), embedder, encoder)
+    if live and not compatible:
+        tracker.log("the live index was built with another embedder or tokenizer: every document is re-embedded")
+    plan = plan_reindex(
+        loaded=loaded,
+        live=live,
+        known_sources=_known_sources(),
+        scope=scope,
+        job_format=job.format,
+        full=job.full,
+        compatible=compatible,
+    )
+    if not loaded.documents and not plan.deleted:
+        if len(loaded.missing) == len(scope):
+            raise JobFailed(f"no such file or folder: {', '.join(map(str, scope))}")
+        raise JobFailed(f"no documents to index in {', '.join(map(str, scope))}")
+    tracker.log(
+        f"plan: {len(plan.added)} added, {len(plan.updated)} updated, {len(plan.unchanged)} unchanged, "
+        f"{len(plan.deleted)} deleted; {len(plan.embed)} to embed, {len(plan.copy)} copied, "
+        f"{len(plan.reencode)} re-encoded"
+    )
+
+    tracker.stage("embedding")
+    report = reindex(
+        store,
+        embedder,
+        embed=plan.embed,
+        copy=plan.copy,
+        reencode=plan.reencode,
+        encoder=encoder,
+        config=lambda document: chunking_for(loaded.formats.get(document.doc_id, "")),
+        progress=tracker.progress,
+        should_stop=tracker.cancelled,
+        # a cancel requested any time before the switch is honoured, however fast the build was
+        confirm_switch=lambda: not tracker.cancelled(look=True),
+    )
+    # switched: from here on the job succeeds; a late cancel request is ignored
+    tracker.stage("saving")
+    changed = [*plan.updated, *plan.deleted]
+    summary = {
+        "documents": report.documents,
+        "chunks": report.chunks,
+        "embedded": report.embedded,
+        "reencoded": report.reencoded,
+        "copied": report.copied,
+        "collection": report.collection,
+        "replaced": report.replaced or "",
+        "seconds": round(time.perf_counter() - started, 3),
+        "added": bounded(plan.added),
+        "updated": bounded(plan.updated),
+        "deleted": bounded(plan.deleted),
+        "stale": bounded(sorted(plan.stale)),
+        "skipped_files": bounded([{"path": str(e.path), "reason": e.reason} for e in loaded.skipped]),
+    }
+
+    def save() -> None:
+        with transaction.atomic():
+            documents_sync(job=job, loaded=loaded, plan=plan, report=report)
+            tracker.finish(
+                JobStatus.SUCCEEDED,
+                added=len(plan.added),
+                updated=len(plan.updated),
+                unchanged=len(plan.unchanged),
+                deleted=len(plan.deleted),
+                skipped=len(loaded.skipped),
+                chunks=report.chunks,
+                chunks_embedded=report.embedded + report.reencoded,
+                collection=report.collection,
+                report=summary,
+            )
+            transaction.on_commit(lambda: documents_reindexed_notify(changed))
+
+    try:
+        db_retry(save)
+    except Exception as exc:
+        # the new index is live already; the next reindex rewrites the rows from it
+        logger.exception("index job #%s switched to %s but its rows were not saved", job.pk, report.collection)
+        raise JobFailed(
+            f"the index was switched to {report.collection}, but saving the document rows failed "
+            f"({type(exc).__name__}: {exc}); the next reindex repairs them"
+        ) from exc
+
+
+def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, report: ReindexReport) -> None:
+    """Rewrite the Document and Chunk rows to mirror the new build. Call inside a transaction."""
+    now = timezone.now()
+    sources = {document.doc_id: document for document in loaded.documents}
+    rewritten = {document.doc_id for document in plan.embed} | plan.reencode
+    in_build = set(report.chunks_by_doc)
+    rows = {row.doc_id: row for row in _rows_by_doc_id(in_build | set(plan.deleted))}
+    chunk_counts = _chunk_counts(in_build)
+    to_create: list[Document] = []
+    to_update: list[Document] = []
+    refill: set[str] = set()
+    for doc_id, chunks in report.chunks_by_doc.items():
+        row = rows.get(doc_id)
+        created = row is None
+        if row is None:
+            row = Document(doc_id=doc_id)
+        source = sources.get(doc_id)
+        if source is not None:
+            _fill_from_source(row, source, loaded.formats.get(doc_id, ""))
+        elif created:
+            _fill_from_payload(row, report.document_fields.get(doc_id, {}))
+        if doc_id in plan.stale:
+            row.status, row.status_detail = DocumentStatus.STALE, plan.stale[doc_id][:500]
+        else:
+            row.status, row.status_detail = DocumentStatus.INDEXED, ""
+        row.chunk_count = len(chunks)
+        row.updated_at = now  # bulk_update does not apply auto_now
+        if created or doc_id in rewritten or row.indexed_at is None:
+            row.indexed_at = now
+            row.last_job = job
+        if created or doc_id in rewritten or chunk_counts.get(doc_id) != len(chunks):
+            refill.add(doc_id)
+        (to_create if created else to_update).append(row)
+    for doc_id in plan.deleted:
+        row = rows.get(doc_id)
+        if row is not None:
+            row.status, row.status_detail, row.chunk_count, row.last_job = DocumentStatus.DELETED, "", 0, job
+            row.updated_at = now
+            to_update.append(row)
+    Document.objects.bulk_create(to_create, batch_size=500)
+    Document.objects.bulk_update(
+        to_update,
+        [
+            "source",
+            "source_format",
+            "title",
+            "url",
+            "language",
+            "tags",
+            "kind",
+            "form_id",
+            "form_file",
+            "content_hash",
+            "chunk_count",
+            "status",
+            "status_detail",
+            "indexed_at",
+            "last_job",
+            "updated_at",
+        ],
+        batch_size=500,
+    )
+    # rows the new build does not hold (deleted before, or out of step with the index) are marked deleted
+    gone = [
+        pk
+        for pk, doc_id in Document.objects.exclude(status=DocumentStatus.DELETED).values_list("pk", "doc_id")
+        if doc_id not in in_build
+    ]
+    for batch in _batches(gone):
+        Document.objects.filter(pk__in=batch).update(status=DocumentStatus.DELETED, chunk_count=0, updated_at=now)
+    Chunk.objects.filter(document__status=DocumentStatus.DELETED).delete()
+    ids = {row.doc_id: row.pk for row in _rows_by_doc_id(refill)}
+    for batch in _batches(list(ids.values())):
+        Chunk.objects.filter(document_id__in=batch).delete()
+    Chunk.objects.bulk_create(
+        [_chunk_row(ids[doc_id], chunk) for doc_id in refill for chunk in report.chunks_by_doc[doc_id]],
+        batch_size=500,
+    )
+
+
+def _batches(items: list[Any], size: int = 500) -> Iterable[list[Any]]:
+    # SQLite builds may cap a statement's parameters at 999
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _rows_by_doc_id(doc_ids: Iterable[str]) -> list[Document]:
+    rows: list[Document] = []
+    for batch in _batches(sorted(doc_ids)):
+        rows.extend(Document.objects.filter(doc_id__in=batch))
+    return rows
+
+
+def _chunk_counts(doc_ids: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for batch in _batches(sorted(doc_ids)):
+        rows = (
+            Chunk.objects.filter(document__doc_id__in=batch)
+            .values("document__doc_id")
+            .annotate(n=Count("id"))
+            .values_list("document__doc_id", "n")
+        )
+        counts.update(rows)
+    return counts
+
+
+def _fill_from_source(row: Document, document: SourceDocument, fmt: str) -> None:
+    row.source = document.source_path[:1000]
+    row.source_format = fmt or format_of(document.source_path)
+    row.title = document.title[:500]
+    row.url = document.url[:1000]
+    row.language = document.language
+    row.tags = list(document.tags)
+    row.kind = document.kind
+    row.form_id = document.form_id[:100]
+    row.form_file = document.form_file[:500]
+    row.content_hash = document.content_hash
+
+
+def _fill_from_payload(row: Document, payload: Mapping[str, object]) -> None:
+    row.source = str(payload.get("source", "") or "")[:1000]
+    row.source_format = format_of(row.source)
+    row.title = str(payload.get("title", "") or row.doc_id)[:500]
+    row.url = str(payload.get("url", "") or "")[:1000]
+    row.language = str(payload.get("language", "") or "")
+    tags = payload.get("tags")
+    row.tags = [str(t) for t in tags] if isinstance(tags, list) else []
+    row.kind = str(payload.get("kind", "") or "article")
+    row.form_id = str(payload.get("form_id", "") or "")[:100]
+    row.form_file = str(payload.get("form_file", "") or "")[:500]
+    row.content_hash = str(payload.get("content_hash", "") or "")
+
+
+def _chunk_row(document_pk: int, chunk: IndexedChunk) -> Chunk:
+    described_at = None
+    if chunk.described_at:
+        try:
+            described_at = datetime.fromisoformat(chunk.described_at)
+        except ValueError:
+            described_at = None
+    return Chunk(
+        document_id=document_pk,
+        ordinal=chunk.ordinal,
+        chunk_id=chunk.chunk_id[:600],
+        point_id=chunk.point_id,
+        heading=chunk.heading[:1000],
+        text_preview=chunk.text[:TEXT_PREVIEW_CHARS],
+        description_zh=chunk.description_zh if described_at else "",
+        description_en=chunk.description_en if described_at else "",
+        described_at=described_at,
+    )

@@ -1,0 +1,390 @@
+"""Writes of the documents app: creating, claiming, cancelling and tracking index and backfill jobs.
+
+A job is a row; whichever process owns the vector store claims it and runs it (rag.documents.runner in the
+server, the command itself when no server runs). Claims are atomic and one job runs at a time across processes:
+two jobs writing the same index would lose each other's work. The job bodies are in rag.documents.indexing
+(reindex) and rag.documents.backfill.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from django.core.exceptions import SuspiciousFileOperation
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
+from django.utils.text import get_valid_filename
+
+from rag.documents.models import (
+    JOB_LOG_LIMIT,
+    BackfillJob,
+    IndexJob,
+    Job,
+    JobRunnerHeartbeat,
+    JobStatus,
+)
+from rag.documents.sources import FORMATS, UPLOAD_SUFFIXES, uploads_dir
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+JOB_MODELS: tuple[type[Job], ...] = (IndexJob, BackfillJob)
+# A running job's heartbeat is refreshed every few seconds by its runner; this long without one means the
+# process died (killed, crashed machine) and the job will never finish by itself.
+ABANDONED_AFTER = timedelta(seconds=60)
+RUNNER_ALIVE_WITHIN = timedelta(seconds=15)
+# pg_advisory_xact_lock key serialising claims on PostgreSQL ("ragjobs" in ASCII)
+_CLAIM_LOCK_KEY = 0x7261676A6F6273
+_REPORT_LIST_LIMIT = 200
+MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+
+
+class JobCancelled(Exception):
+    """Raised inside a job body when a cancel was requested; the job ends as cancelled."""
+
+
+def db_retry(fn: Callable[..., T], /, *args: Any, attempts: int = 6, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)`, tried again when SQLite reports a lock. Job writes and a follower's reads come from
+    different threads and processes; a lock that outlasts the busy timeout is transient, not a failed job."""
+    delay = 0.05
+    for attempt in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+    raise AssertionError("unreachable")
+
+
+def retry_locked(fn: Callable[P, T]) -> Callable[P, T]:
+    """`db_retry` for every call of `fn`: the job machinery's writes, which run beside each other."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        return db_retry(fn, *args, **kwargs)
+
+    return wrapper
+
+
+def runner_name() -> str:
+    """This process, as job rows and heartbeats name it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# --- uploads -------------------------------------------------------------------------------------------------
+
+
+class UploadRefused(ValueError):
+    """A file the uploads folder does not take; the message says why."""
+
+
+def upload_save(*, name: str, chunks: Iterable[bytes], max_bytes: int = MAX_UPLOAD_BYTES) -> Path:
+    """Write an uploaded file into the uploads folder (a file of the same name is replaced, which is how a
+    revised document is re-uploaded). The name is reduced to safe characters; the write is atomic."""
+    try:
+        # a leading dot would hide the file from the loaders, which skip hidden files
+        safe = get_valid_filename(Path(name).name).lstrip(".")
+    except SuspiciousFileOperation:
+        safe = ""
+    suffix = Path(safe).suffix.lower()
+    if not Path(safe).stem:
+        raise UploadRefused(f"{name!r} is not a usable file name")
+    if suffix not in UPLOAD_SUFFIXES:
+        raise UploadRefused(f"{name}: only {', '.join(sorted(UPLOAD_SUFFIXES))} files can be indexed")
+    folder = uploads_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / safe
+    partial = folder / f".{safe}.{uuid.uuid4().hex}.part"
+    size = 0
+    try:
+        with partial.open("wb") as handle:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise UploadRefused(f"{name}: larger than {max_bytes // (1024 * 1024)} MB")
+                handle.write(chunk)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target.resolve()
+
+
+# --- creating and cancelling ---------------------------------------------------------------------------------
+
+
+@retry_locked
+def index_job_create(
+    *,
+    paths: Sequence[str | Path] = (),
+    format: str = "auto",
+    full: bool = False,
+    if_empty: bool = False,
+    created_by: Any = None,
+    created_from: str = "",
+) -> IndexJob:
+    """A pending reindex of `paths` (absolute paths; none means CORPUS_DIR). Callers check where the paths are."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+    return IndexJob.objects.create(
+        paths=[str(p) for p in paths],
+        format=format,
+        full=full,
+        if_empty=if_empty,
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+        created_from=created_from,
+    )
+
+
+@retry_locked
+def backfill_job_create(*, limit: int | None = None, created_by: Any = None, created_from: str = "") -> BackfillJob:
+    if limit is not None and limit < 1:
+        raise ValueError("limit must be at least 1")
+    return BackfillJob.objects.create(
+        limit=limit,
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+        created_from=created_from,
+    )
+
+
+@retry_locked
+def job_cancel(*, job: Job) -> bool:
+    """Ask a job to stop. A pending job is cancelled at once; a running one stops at its next batch (its live
+    index and rows stay as they were). Returns False when the job had already finished."""
+    model = type(job)
+    now = timezone.now()
+    with transaction.atomic():
+        if model.objects.filter(pk=job.pk, status=JobStatus.PENDING).update(
+            status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, error="cancelled before it started"
+        ):
+            job.refresh_from_db()
+            return True
+        changed = model.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(cancel_requested=True)
+    job.refresh_from_db()
+    return bool(changed)
+
+
+# --- claiming ------------------------------------------------------------------------------------------------
+
+
+def _serialize_claims() -> None:
+    # SQLite: the project's transactions are BEGIN IMMEDIATE, which already lets one writer in at a time.
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CLAIM_LOCK_KEY])
+
+
+def jobs_abandoned_fail(*, store_owner: str = "") -> int:
+    """Fail running jobs whose runner stopped beating. With `store_owner` (a runner that holds the local store,
+    which no other process can then be using) every running job of another runner is failed at once."""
+    now = timezone.now()
+    failed = 0
+    for model in JOB_MODELS:
+        running = model.objects.filter(status=JobStatus.RUNNING)
+        if store_owner:
+            running = running.exclude(runner=store_owner)
+        else:
+            running = running.filter(heartbeat_at__lt=now - ABANDONED_AFTER)
+        for job in running:
+            reason = f"abandoned: its runner {job.runner or '?'} stopped before finishing"
+            failed += model.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+                status=JobStatus.FAILED, finished_at=now, error=reason, log=log_append(job.log, reason)
+            )
+            logger.warning("%s #%s %s", model._meta.verbose_name, job.pk, reason)
+    return failed
+
+
+def _running_exists() -> bool:
+    return any(model.objects.filter(status=JobStatus.RUNNING).exists() for model in JOB_MODELS)
+
+
+def _take(model: type[Job], pk: int, runner: str) -> Job | None:
+    now = timezone.now()
+    taken = model.objects.filter(pk=pk, status=JobStatus.PENDING).update(
+        status=JobStatus.RUNNING, runner=runner, started_at=now, heartbeat_at=now, stage="starting"
+    )
+    return model.objects.get(pk=pk) if taken else None
+
+
+@retry_locked
+def job_claim_next(*, runner: str, store_owner: bool = False) -> Job | None:
+    """Claim the oldest pending job of either kind for `runner`, unless a job is running anywhere."""
+    with transaction.atomic():
+        _serialize_claims()
+        jobs_abandoned_fail(store_owner=runner if store_owner else "")
+        if _running_exists():
+            return None
+        candidates: list[Job] = []
+        for model in JOB_MODELS:
+            pending = model.objects.filter(status=JobStatus.PENDING).order_by("created_at", "id")
+            if connection.features.has_select_for_update_skip_locked:
+                # PostgreSQL: a row another transaction is claiming is skipped rather than waited for
+                pending = pending.select_for_update(skip_locked=True)
+            first = pending.first()
+            if first is not None:
+                candidates.append(first)
+        if not candidates:
+            return None
+        oldest = min(candidates, key=lambda job: job.created_at)
+        return _take(type(oldest), oldest.pk, runner)
+
+
+@retry_locked
+def job_claim(*, job: Job, runner: str, store_owner: bool = False) -> bool:
+    """Claim this pending job (a command running its own job in-process). False while another job runs or when
+    the job is no longer pending."""
+    with transaction.atomic():
+        _serialize_claims()
+        jobs_abandoned_fail(store_owner=runner if store_owner else "")
+        if _running_exists():
+            return False
+        taken = _take(type(job), job.pk, runner)
+    if taken is None:
+        return False
+    job.refresh_from_db()
+    return True
+
+
+# --- runners' heartbeats -------------------------------------------------------------------------------------
+
+
+@retry_locked
+def runner_heartbeat(*, runner: str, store: str = "", job: Job | None = None) -> None:
+    now = timezone.now()
+    updated = JobRunnerHeartbeat.objects.filter(runner=runner).update(seen_at=now, store=store)
+    if not updated:
+        JobRunnerHeartbeat.objects.update_or_create(
+            runner=runner, defaults={"seen_at": now, "store": store, "started_at": now}
+        )
+    if job is not None:
+        job_heartbeat(job=job)
+
+
+@retry_locked
+def job_heartbeat(*, job: Job) -> None:
+    type(job).objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(heartbeat_at=timezone.now())
+
+
+@retry_locked
+def runner_forget(*, runner: str) -> None:
+    JobRunnerHeartbeat.objects.filter(runner=runner).delete()
+
+
+# --- progress, log and outcome of a running job --------------------------------------------------------------
+
+
+def log_append(log: str, line: str) -> str:
+    text = f"{log}{line.rstrip()}\n"
+    if len(text) <= JOB_LOG_LIMIT:
+        return text
+    # keep the end: the newest lines say how the job ended
+    marker = "[earlier lines dropped]\n"
+    tail = text[-(JOB_LOG_LIMIT - len(marker)) :]
+    return marker + tail[tail.find("\n") + 1 :]
+
+
+def bounded(items: Sequence[Any]) -> list[Any]:
+    return list(items[:_REPORT_LIST_LIMIT])
+
+
+class JobTracker:
+    """Progress, counts and log of one running job, written to its row at most a few times a second.
+
+    Each write also reads `cancel_requested`, so a cancel from another process is seen within one interval;
+    `stop` is this process's own way to stop the job (the runner shutting down, Ctrl-C in a command). Blocking:
+    use it from the job's worker thread (`sync_to_async`/`to_thread` from async code).
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        stop: threading.Event | None = None,
+        interval: float = 0.3,
+    ) -> None:
+        self.model = type(job)
+        self.pk = job.pk
+        self.stop = stop
+        self.interval = interval
+        self.fields: dict[str, Any] = {"stage": job.stage, "progress_done": 0, "progress_total": 0}
+        self.log_text = job.log
+        self._cancel = job.cancel_requested
+        self._written = 0.0
+        self._dirty = False
+
+    # what the job reports
+
+    def set(self, **fields: Any) -> None:
+        self.fields.update(fields)
+        self._dirty = True
+        self.flush()
+
+    def stage(self, name: str) -> None:
+        self.set(stage=name)
+        self.flush(force=True)
+
+    def progress(self, done: int, total: int) -> None:
+        self.set(progress_done=done, progress_total=total)
+
+    def log(self, line: str) -> None:
+        self.log_text = log_append(self.log_text, line)
+        self._dirty = True
+        self.flush()
+
+    # cancel
+
+    def cancelled(self, *, look: bool = False) -> bool:
+        """Whether the job should stop; from the last write's reading unless `look` (then read now)."""
+        self.flush(force=look)
+        return self._cancel or (self.stop is not None and self.stop.is_set())
+
+    def check(self) -> None:
+        if self.cancelled():
+            raise JobCancelled
+
+    # writes
+
+    def flush(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._written < self.interval:
+            return
+        self._written = now
+        values = dict(self.fields, log=self.log_text, heartbeat_at=timezone.now())
+        try:
+            self.model.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update(**values)
+            self._dirty = False
+            cancel = self.model.objects.filter(pk=self.pk).values_list("cancel_requested", flat=True).first()
+        except OperationalError as exc:
+            if not force:
+                # progress is best effort: the next write carries it
+                logger.debug("job progress not written (%s)", exc)
+                return
+            cancel = db_retry(self._read_cancel)
+        self._cancel = bool(cancel)
+
+    def _read_cancel(self) -> bool:
+        return bool(self.model.objects.filter(pk=self.pk).values_list("cancel_requested", flat=True).first())
+
+    def finish(self, status: str, *, error: str = "", **fields: Any) -> None:
+        """The job's outcome, written with its last progress. Only a running job is finished (a row that an
+        abandonment check already failed stays failed)."""
+        self.fields.update(fields)
+        if error:
+            self.log_text = log_append(self.log_text, f"{status}: {error}")
+        values = dict(
+            self.fields, log=self.log_text, status=status, error=error[:1000], finished_at=timezone.now(), stage=""
+        )
+        values["heartbeat_at"] = values["finished_at"]
+        db_retry(self.model.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update, **values)

@@ -1,0 +1,420 @@
+"""The LLM call policy: the one place where upstream calls are rate-limited, slot-bounded, retried and timed out.
+
+Per call (streaming or not):
+
+1. Wait for a requests-per-minute spot (rag.llm.ratelimit), holding no concurrency slot; if the spot is
+   further away than the call's remaining deadline, fail fast with ``Busy``.
+2. Take a concurrency slot (``concurrency.manager.get_manager().acquire(backend)``) for the attempt only.
+3. Run the attempt. Retry 429, 408, 5xx, SDK timeouts and connection errors with exponential backoff and full
+   jitter, honouring ``Retry-After`` (wait max(backoff, retry_after)); the slot is released before sleeping,
+   so a backing-off call never blocks a call that could run. A Retry-After beyond ``retry_after_cap`` or
+   beyond the deadline fails at once, carrying the server's retry_after.
+4. Never retry once a delta has been handed to the caller (the user has seen it): any later failure ends the
+   call at once. A first-token timeout is not retried either: the server accepted the request and then said
+   nothing, which is overload or a stuck engine, and a second wait of the same length would double the user's
+   wait while adding load.
+
+Timeouts: first token (per attempt, from sending the request), gap between chunks once streaming, and a total
+deadline over everything above. They are enforced here with asyncio rather than by the HTTP client, so each
+one maps to its own outcome. Cancellation closes the upstream HTTP stream (the server stops generating) and
+releases the slot, both in ``finally``.
+
+Failures surface as rag.errors ``Busy`` / ``UpstreamTimeout`` / ``UpstreamError``, which end the pipeline with
+the matching terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from openai import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AsyncStream,
+    OpenAIError,
+)
+
+from concurrency.errors import BusyError
+from concurrency.manager import LLMConcurrencyManager, get_manager
+from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
+from rag.llm.config import CallPolicyConfig
+from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
+from rag.llm.types import LLMDelta
+from rag.state import Usage
+
+__all__ = ["CallLabel", "CallPolicy", "StreamParser", "StreamTimeouts", "retry_after_seconds"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Statuses worth another attempt: request timeout, rate limit, and server-side failures.
+_RETRY_STATUSES = frozenset({408, 429})
+# Statuses that mean "the server is overloaded, come back later": reported to the user as busy, not as a fault.
+_BUSY_STATUSES = frozenset({429, 503})
+
+
+@dataclass(frozen=True, slots=True)
+class CallLabel:
+    """What a call is, for logs and error messages (never the prompt)."""
+
+    backend: str
+    node: str
+    model: str
+    operation: str  # "stream" | "complete" | "embed"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTimeouts:
+    first_token: float
+    between_tokens: float
+    total: float
+
+
+class StreamParser(Protocol):
+    """Turns one attempt's SDK chunks into deltas; a fresh parser per attempt."""
+
+    # True once the stream said it was complete (finish_reason / response.completed): a stream that ends
+    # without it was cut off.
+    finished: bool
+    usage: Usage | None
+
+    def feed(self, chunk: Any) -> Iterable[LLMDelta]:
+        """Text deltas in ``chunk``; raises rag.errors.UpstreamError on an error event."""
+        ...
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """Seconds the server asks us to wait (``retry-after-ms``, ``retry-after`` as seconds or HTTP date)."""
+    if headers is None:
+        return None
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw) / divisor
+        except ValueError:
+            if name == "retry-after":
+                parsed = email.utils.parsedate_tz(raw)
+                if parsed is not None:
+                    return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+            continue
+        if math.isnan(value):
+            continue
+        return max(0.0, value)
+    return None
+
+
+@dataclass(slots=True)
+class _Failure:
+    """Why an attempt failed, as far as the retry decision is concerned."""
+
+    retryable: bool
+    kind: str  # "status" | "timeout" | "connection" | "dropped" | "error"
+    status: int | None = None
+    retry_after: float | None = None
+    detail: str = ""
+
+
+class _AttemptFailed(Exception):
+    """Carries a failure out of the slot's block, so the slot is released (and not counted as completed)."""
+
+    def __init__(self, failure: _Failure) -> None:
+        super().__init__(failure.detail)
+        self.failure = failure
+
+
+def _classify(exc: OpenAIError) -> _Failure:
+    if isinstance(exc, APIStatusError):
+        status = exc.status_code
+        return _Failure(
+            retryable=status in _RETRY_STATUSES or status >= 500,
+            kind="status",
+            status=status,
+            retry_after=retry_after_seconds(exc.response.headers),
+            detail=f"HTTP {status}",
+        )
+    if isinstance(exc, APITimeoutError):  # before APIConnectionError: it is a subclass
+        return _Failure(retryable=True, kind="timeout", detail="request timed out")
+    if isinstance(exc, APIConnectionError):
+        return _Failure(retryable=True, kind="connection", detail="connection error")
+    # An error event inside the stream, an unparseable body...: the server answered, retrying will not help.
+    return _Failure(retryable=False, kind="error", detail=type(exc).__name__)
+
+
+def _final_error(label: CallLabel, failure: _Failure, attempts: int, why: str) -> PipelineAbort:
+    """The terminal error for a call that will not be retried (any more)."""
+    where = f"{label.backend} ({label.node})"
+    if failure.status in _BUSY_STATUSES:
+        seconds = f"; retry in {math.ceil(failure.retry_after)} s" if failure.retry_after else ""
+        return Busy(f"The language model is overloaded{seconds}.", retry_after=failure.retry_after)
+    message = f"The language model call failed ({failure.detail}, {attempts} attempt(s), {why}) on {where}."
+    if failure.kind == "timeout":
+        return UpstreamTimeout(message, retry_after=failure.retry_after)
+    return UpstreamError(message, retry_after=failure.retry_after)
+
+
+class CallPolicy:
+    """Runs LLM calls under the policy; one instance per process (it owns the RPM windows)."""
+
+    def __init__(
+        self,
+        config: CallPolicyConfig,
+        *,
+        manager: Callable[[], LLMConcurrencyManager] = get_manager,
+        limiter: SlidingWindowRPM | None = None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.config = config
+        # A getter, not an instance: the process manager may be replaced (tests, settings reload).
+        self._manager = manager
+        self.limiter = limiter or SlidingWindowRPM(config.rpm_for, window=config.rpm_window)
+        self._rng = rng
+
+    # ------------------------------------------------------------------ shared steps
+
+    def backoff(self, attempt: int) -> float:
+        """Sleep before the retry that follows failed attempt number ``attempt`` (1-based), Retry-After aside."""
+        cfg = self.config
+        ceiling = min(cfg.backoff_max, cfg.backoff_base * 2.0 ** min(attempt - 1, 60))
+        return ceiling * self._rng() if cfg.jitter else ceiling
+
+    async def _wait_for_rate(self, label: CallLabel, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            waited = await self.limiter.wait(label.backend, max(0.0, deadline - loop.time()))
+        except RateLimited as exc:
+            logger.info(
+                "llm rate limit backend=%s node=%s retry_after=%.1f", label.backend, label.node, exc.retry_after
+            )
+            raise Busy(
+                f"The language model request quota is used up; retry in {math.ceil(exc.retry_after)} s.",
+                retry_after=exc.retry_after,
+            ) from None
+        if waited:
+            logger.info("llm rate limit wait backend=%s node=%s waited_ms=%d", label.backend, label.node, waited * 1e3)
+
+    def _acquire_timeout(self, manager: LLMConcurrencyManager, deadline: float) -> float:
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        configured = self.config.acquire_timeout
+        return min(manager.acquire_timeout if configured is None else configured, remaining)
+
+    def _retry_delay(self, label: CallLabel, failure: _Failure, attempt: int, deadline: float) -> float:
+        """Seconds to sleep before the next attempt, or raise the terminal error when there is none."""
+        cfg = self.config
+        if not failure.retryable:
+            raise _final_error(label, failure, attempt, "not retryable")
+        if attempt >= cfg.max_attempts:
+            raise _final_error(label, failure, attempt, "no attempts left")
+        if failure.retry_after is not None and failure.retry_after > cfg.retry_after_cap:
+            raise _final_error(label, failure, attempt, "server asked for a longer wait than allowed")
+        delay = max(self.backoff(attempt), failure.retry_after or 0.0)
+        if asyncio.get_running_loop().time() + delay >= deadline:
+            raise _final_error(label, failure, attempt, "no time left before the deadline")
+        return delay
+
+    def _log_attempt(
+        self, label: CallLabel, attempt: int, outcome: str, started: float, failure: _Failure | None = None
+    ) -> None:
+        logger.info(
+            "llm attempt %s/%s op=%s backend=%s node=%s model=%s outcome=%s status=%s elapsed_ms=%d",
+            attempt,
+            self.config.max_attempts,
+            label.operation,
+            label.backend,
+            label.node,
+            label.model,
+            outcome,
+            failure.status if failure else None,
+            (asyncio.get_running_loop().time() - started) * 1e3,
+        )
+
+    def _busy(self, label: CallLabel, exc: BusyError) -> Busy:
+        # The manager's message (slot counts, queue length) is for operators; the user gets the short version.
+        logger.info("llm slot busy backend=%s node=%s reason=%s", label.backend, label.node, exc.reason)
+        return Busy(
+            f"All language model slots are busy; retry in {math.ceil(exc.retry_after)} s.", retry_after=exc.retry_after
+        )
+
+    def _deadline_error(self, label: CallLabel, attempt: int) -> UpstreamTimeout:
+        return UpstreamTimeout(
+            f"The language model did not finish in time ({label.backend}, {label.node}, {attempt} attempt(s))."
+        )
+
+    # ------------------------------------------------------------------ non-streaming calls
+
+    async def call(self, label: CallLabel, attempt_fn: Callable[[], Awaitable[T]], *, total_timeout: float) -> T:
+        """Run ``attempt_fn`` (one upstream request) under the policy; the attempt may take the whole deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            await self._wait_for_rate(label, deadline)
+            manager = self._manager()
+            started = loop.time()
+            try:
+                async with manager.acquire(label.backend, self._acquire_timeout(manager, deadline)):
+                    started = loop.time()
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            result = await attempt_fn()
+                    except TimeoutError:
+                        self._log_attempt(label, attempt, "deadline", started)
+                        raise self._deadline_error(label, attempt) from None
+                    except OpenAIError as exc:
+                        raise _AttemptFailed(_classify(exc)) from exc
+            except BusyError as exc:
+                raise self._busy(label, exc) from None
+            except _AttemptFailed as failed:
+                self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
+                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, deadline))
+                continue
+            self._log_attempt(label, attempt, "ok", started)
+            return result
+
+    # ------------------------------------------------------------------ streaming calls
+
+    async def stream(
+        self,
+        label: CallLabel,
+        open_stream: Callable[[], Awaitable[AsyncStream[Any]]],
+        new_parser: Callable[[], StreamParser],
+        timeouts: StreamTimeouts,
+    ) -> AsyncIterator[LLMDelta]:
+        """Yield the deltas of one streamed completion, then one ``usage`` delta when the server reported it.
+
+        Consume it with ``contextlib.aclosing`` (or run it to the end): a generator abandoned half-way holds its
+        slot and upstream stream until it is garbage-collected.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeouts.total
+        attempt = 0
+        while True:
+            attempt += 1
+            await self._wait_for_rate(label, deadline)
+            manager = self._manager()
+            started = loop.time()
+            try:
+                async with manager.acquire(label.backend, self._acquire_timeout(manager, deadline)):
+                    started = loop.time()
+                    attempt_deltas = self._attempt(label, attempt, open_stream, new_parser(), timeouts, deadline)
+                    # aclosing: if our consumer stops early, the attempt's finally (closing the upstream
+                    # stream) must run now, not whenever the inner generator is garbage-collected.
+                    async with contextlib.aclosing(attempt_deltas):
+                        async for delta in attempt_deltas:
+                            yield delta
+                    return
+            except BusyError as exc:
+                raise self._busy(label, exc) from None
+            except _AttemptFailed as failed:
+                self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
+                # Out of the slot's block: the slot is already released while we sleep.
+                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, deadline))
+
+    async def _attempt(
+        self,
+        label: CallLabel,
+        attempt: int,
+        open_stream: Callable[[], Awaitable[AsyncStream[Any]]],
+        parser: StreamParser,
+        timeouts: StreamTimeouts,
+        deadline: float,
+    ) -> AsyncIterator[LLMDelta]:
+        """One attempt, run inside the slot. Raises _AttemptFailed only while nothing has been yielded."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        # Until the first delta, one budget covers connecting, the response headers and the first chunks
+        # (a role-only chunk is not a token); after it, each chunk gets the gap budget.
+        expires = min(started + timeouts.first_token, deadline)
+        stream: AsyncStream[Any] | None = None
+        delivered = False
+        try:
+            try:
+                async with asyncio.timeout_at(expires):
+                    stream = await open_stream()
+                chunks = stream.__aiter__()
+                while True:
+                    if delivered:
+                        expires = min(loop.time() + timeouts.between_tokens, deadline)
+                    try:
+                        async with asyncio.timeout_at(expires):
+                            chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
+                    for delta in parser.feed(chunk):
+                        delivered = True
+                        yield delta
+            except TimeoutError:
+                raise self._timeout_error(
+                    label, attempt, started, timeouts, hit_deadline=expires >= deadline, delivered=delivered
+                ) from None
+            except OpenAIError as exc:
+                failure = _classify(exc)
+                if parser.finished:
+                    # The answer was complete (finish_reason / response.completed seen); only the tail of the
+                    # stream (usage, [DONE]) was lost. Not worth failing a whole answer the user has read.
+                    self._log_attempt(label, attempt, "ok_truncated_tail", started, failure)
+                    if parser.usage is not None:
+                        yield LLMDelta("usage", usage=parser.usage)
+                    return
+                if delivered:
+                    self._log_attempt(label, attempt, "failed_mid_stream", started, failure)
+                    raise UpstreamError(
+                        f"The language model stream broke off mid-answer ({failure.detail}; {label.backend}, "
+                        f"{label.node})."
+                    ) from exc
+                raise _AttemptFailed(failure) from exc
+            if not parser.finished:
+                # The connection ended without the stream's own end marker: cut off (proxy, crash, drop).
+                failure = _Failure(retryable=True, kind="dropped", detail="stream ended early")
+                if delivered:
+                    self._log_attempt(label, attempt, "dropped_mid_stream", started, failure)
+                    raise UpstreamError(
+                        f"The language model stream ended before the answer was complete ({label.backend}, "
+                        f"{label.node})."
+                    )
+                raise _AttemptFailed(failure)
+            self._log_attempt(label, attempt, "ok", started)
+            if parser.usage is not None:
+                yield LLMDelta("usage", usage=parser.usage)
+        finally:
+            if stream is not None:
+                # Closing the response closes the connection mid-body, which is how the server learns to stop
+                # generating (vLLM aborts the request on disconnect). Runs on cancellation too.
+                await stream.close()
+
+    def _timeout_error(
+        self,
+        label: CallLabel,
+        attempt: int,
+        started: float,
+        timeouts: StreamTimeouts,
+        *,
+        hit_deadline: bool,
+        delivered: bool,
+    ) -> UpstreamTimeout:
+        if hit_deadline:
+            self._log_attempt(label, attempt, "deadline", started)
+            return self._deadline_error(label, attempt)
+        if not delivered:
+            self._log_attempt(label, attempt, "first_token_timeout", started)
+            return UpstreamTimeout(
+                f"The language model sent nothing for {timeouts.first_token:g} s ({label.backend}, {label.node})."
+            )
+        self._log_attempt(label, attempt, "stalled", started)
+        return UpstreamTimeout(
+            f"The language model stopped sending for {timeouts.between_tokens:g} s mid-answer "
+            f"({label.backend}, {label.node})."
+        )

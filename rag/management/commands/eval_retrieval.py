@@ -1,0 +1,224 @@
+"""`manage.py eval_retrieval FILE [--k 1,5,10] [--json] [--mode MODE] [--limit-questions N]`: retrieval quality.
+
+Loads a SQuAD-format file (every paragraph a document, as `load_documents` does), indexes it into a store of its
+own (a temporary local Qdrant folder, never the live index, so it runs while the server holds the live store),
+asks every question through `StoreRetriever.search`, the call the pipeline's tool_executor makes, and reports:
+
+- recall@k: the share of questions whose gold paragraph is among the first k distinct documents (chunks of one
+  document count once, as a reader sees one source);
+- MRR over the first max(k) documents (0 when the gold paragraph is not among them);
+- query latency p50/p95 in ms (embedding, search and the worker-thread hop, one question at a time);
+- index_seconds: chunking, embedding, BM25 and writing the build, as `build_index` reports it.
+
+`--json` prints one JSON object (keys recall@<k>..., mrr, query_ms_p50, query_ms_p95, index_seconds, questions,
+plus details), and nothing else on stdout; skipped paragraphs are listed on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from rag.retrieval.chunking import ChunkingConfig
+from rag.retrieval.embedding import LexicalEmbedder
+from rag.retrieval.indexer import build_index
+from rag.retrieval.loaders import SquadQuestion, chunking_for, read_squad
+from rag.retrieval.loaders.base import SkipFile
+from rag.retrieval.markdown import LANGUAGES, LoadError
+from rag.retrieval.retriever import DEFAULT_MODE, StoreRetriever
+from rag.retrieval.store import SEARCH_MODES, SearchMode, VectorStore
+from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language
+
+CHUNKINGS = ("passage", "article")
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    ks: tuple[int, ...]
+    recall: dict[int, float]
+    mrr: float
+    query_ms: list[float]
+    index_seconds: float
+    load_seconds: float
+    documents: int
+    chunks: int
+    questions: int
+    skipped: int
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"recall@{k}": round(self.recall[k], 4) for k in self.ks}
+        out.update(
+            mrr=round(self.mrr, 4),
+            query_ms_p50=round(statistics.median(self.query_ms), 3),
+            query_ms_p95=round(percentile(self.query_ms, 0.95), 3),
+            index_seconds=round(self.index_seconds, 3),
+            questions=self.questions,
+            documents=self.documents,
+            chunks=self.chunks,
+            skipped=self.skipped,
+            load_seconds=round(self.load_seconds, 3),
+        )
+        return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: with thousands of samples the difference is noise)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
+
+
+def parse_ks(raw: str) -> tuple[int, ...]:
+    try:
+        ks = sorted({int(part) for part in raw.split(",") if part.strip()})
+    except ValueError as exc:
+        raise CommandError(f"--k takes comma-separated whole numbers, got {raw!r}") from exc
+    if not ks or ks[0] < 1:
+        raise CommandError("--k needs at least one k >= 1")
+    return tuple(ks)
+
+
+def _search_language(question: str) -> str | None:
+    # what tool_executor passes on its first pass: the question's language mapped to the corpus's script
+    language = detect_language(question)
+    if language in (ZH_HANT, ZH_HANS):
+        return ZH_HANT
+    return EN if language == EN else None
+
+
+def gold_rank(doc_ids: list[str], gold: str, depth: int) -> int:
+    """1-based rank of `gold` among the first `depth` distinct documents, 0 when it is not there."""
+    distinct: list[str] = []
+    for doc_id in doc_ids:
+        if doc_id not in distinct:
+            distinct.append(doc_id)
+            if doc_id == gold:
+                return len(distinct)
+            if len(distinct) == depth:
+                break
+    return 0
+
+
+async def ask_all(
+    retriever: StoreRetriever, questions: list[SquadQuestion], depth: int
+) -> tuple[list[int], list[float]]:
+    """Ranks of the gold paragraphs and per-question latencies (ms), questions asked one at a time."""
+    # more chunks than documents wanted: several chunks of one document take one place
+    limit = depth * 3
+    await retriever.search("warm-up", limit=1)  # thread pool start and first-use caches are not query latency
+    ranks: list[int] = []
+    latencies: list[float] = []
+    for question in questions:
+        language = _search_language(question.text)
+        started = time.perf_counter()
+        chunks = await retriever.search(question.text, limit=limit, language=language)
+        latencies.append((time.perf_counter() - started) * 1000)
+        ranks.append(gold_rank([chunk.doc_id for chunk in chunks], question.doc_id, depth))
+    return ranks, latencies
+
+
+def evaluate_squad(
+    path: Path,
+    *,
+    ks: tuple[int, ...],
+    mode: SearchMode,
+    limit_questions: int = 0,
+    language: str | None = None,
+    chunking: ChunkingConfig | None = None,
+    errors: list[LoadError] | None = None,
+) -> EvalResult:
+    """Index `path` into a temporary store and ask its questions. Raises `SkipFile` for an unusable file."""
+    sink: list[LoadError] = errors if errors is not None else []
+    started = time.perf_counter()
+    squad = read_squad(path, doc_prefix=path.stem, language=language, errors=sink)
+    load_seconds = time.perf_counter() - started
+    questions = squad.questions[:limit_questions] if limit_questions > 0 else squad.questions
+    if not questions:
+        raise SkipFile("no answerable questions in the file")
+    depth = max(ks)
+    # the product's offline embedder with its default dimensions, as rag.wiring gives the server's retriever
+    embedder = LexicalEmbedder()
+    with (
+        tempfile.TemporaryDirectory(prefix="eval-retrieval-") as folder,
+        VectorStore.open("eval", path=folder) as store,
+    ):
+        report = build_index(squad.documents, store, embedder, config=chunking or chunking_for("squad"))
+        retriever = StoreRetriever(store, embedder, mode=mode)
+        ranks, latencies = asyncio.run(ask_all(retriever, questions, depth))
+    n = len(ranks)
+    return EvalResult(
+        ks=ks,
+        recall={k: sum(1 for r in ranks if 0 < r <= k) / n for k in ks},
+        mrr=sum(1 / r for r in ranks if r) / n,
+        query_ms=latencies,
+        index_seconds=report.seconds,
+        load_seconds=load_seconds,
+        documents=report.documents,
+        chunks=report.chunks,
+        questions=n,
+        skipped=len(sink),
+    )
+
+
+class Command(BaseCommand):
+    help = "Measure retrieval on a SQuAD-format file (recall@k, MRR, latency) in a temporary store of its own."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", type=Path, help="SQuAD-format JSON: data[].paragraphs[].context and qas")
+        parser.add_argument("--k", default="1,5,10", help="cut-offs for recall@k, comma-separated (default 1,5,10)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        parser.add_argument(
+            "--mode", choices=SEARCH_MODES, default=DEFAULT_MODE, help="search mode (default: %(default)s)"
+        )
+        parser.add_argument("--limit-questions", type=int, default=0, help="ask only the first N questions (0: all)")
+        parser.add_argument(
+            "--language", choices=sorted(LANGUAGES), help="language of the paragraphs (default: detected per paragraph)"
+        )
+        parser.add_argument(
+            "--chunking",
+            choices=CHUNKINGS,
+            default="passage",
+            help="passage: paragraphs whole up to 1,000 units (the SQuAD loader's); article: help-article sizes",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path: Path = options["file"]
+        if not path.is_file():
+            raise CommandError(f"{path}: no such file")
+        ks = parse_ks(options["k"])
+        chunking = chunking_for("squad") if options["chunking"] == "passage" else ChunkingConfig()
+        errors: list[LoadError] = []
+        try:
+            result = evaluate_squad(
+                path,
+                ks=ks,
+                mode=options["mode"],
+                limit_questions=max(0, options["limit_questions"]),
+                language=options["language"],
+                chunking=chunking,
+                errors=errors,
+            )
+        except SkipFile as exc:
+            raise CommandError(f"{path}: {exc.reason}") from exc
+        for error in errors:
+            self.stderr.write(f"skipped {error}")
+        summary = result.as_dict() | {"mode": options["mode"], "chunking": options["chunking"], "file": path.name}
+        if options["json"]:
+            self.stdout.write(json.dumps(summary, ensure_ascii=False))
+            return
+        self.stdout.write(
+            f"{path.name}: {result.documents} paragraphs -> {result.chunks} chunks, {result.questions} questions; "
+            f"mode {options['mode']}, chunking {options['chunking']}"
+        )
+        for k in ks:
+            self.stdout.write(f"  recall@{k:<3} {result.recall[k]:.4f}")
+        self.stdout.write(f"  MRR@{max(ks):<5} {result.mrr:.4f}")
+        self.stdout.write(f"  query ms    p50 {summary['query_ms_p50']:.2f}  p95 {summary['query_ms_p95']:.2f}")
+        self.stdout.write(f"  index       {result.index_seconds:.2f} s (load {result.load_seconds:.2f} s)")

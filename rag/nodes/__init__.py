@@ -1,0 +1,44 @@
+"""The pipeline's node types, one module each; `build_registry()` is the catalogue the engine compiles against."""
+
+from __future__ import annotations
+
+from rag.engine import NodeRegistry, NodeType
+from rag.nodes import (
+    cache_lookup,
+    cache_response,
+    cache_store,
+    followup_transform,
+    guard,
+    language_normalizer,
+    planner,
+    query_builder,
+    response_synth,
+    retrieval_checker,
+    telemetry,
+    tool_executor,
+)
+
+NODE_TYPES: tuple[NodeType, ...] = (
+    guard.NODE_TYPE,
+    language_normalizer.NODE_TYPE,
+    cache_lookup.NODE_TYPE,
+    cache_response.NODE_TYPE,
+    planner.NODE_TYPE,
+    query_builder.NODE_TYPE,
+    tool_executor.NODE_TYPE,
+    retrieval_checker.NODE_TYPE,
+    followup_transform.NODE_TYPE,
+    response_synth.NODE_TYPE,
+    cache_store.NODE_TYPE,
+    telemetry.NODE_TYPE,
+)
+
+
+def build_registry() -> NodeRegistry:
+    registry = NodeRegistry()
+    for node_type in NODE_TYPES:
+        registry.register(node_type)
+    return registry
+
+
+__all__ = ["NODE_TYPES", "build_registry"]

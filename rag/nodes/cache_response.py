@@ -1,0 +1,60 @@
+"""cache_response: stream a cached answer and its sources, as if it had just been written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rag.deps import PipelineDeps
+from rag.engine import NodeType
+from rag.events import StreamWriter
+from rag.nodes._streaming import stream_text
+from rag.state import PipelineState, Source
+
+NAME = "cache_response"
+INPUTS = ("cache_hit",)
+OUTPUTS = ("answer", "sources")
+
+
+class CacheResponse:
+    name = NAME
+
+    def __init__(self, *, stream_chunk_chars: int) -> None:
+        self._chunk_chars = stream_chunk_chars
+
+    async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
+        entry = state.cache_hit or {}
+        answer = str(entry.get("answer") or "")
+        state.sources = [_source(raw, i) for i, raw in enumerate(entry.get("sources") or [], start=1)]
+        state.answer = answer
+        await stream_text(writer, self.name, answer, chunk_chars=self._chunk_chars)
+        return None
+
+
+def _source(raw: dict[str, Any], position: int) -> Source:
+    """A Source from its `as_dict()` form; entries written by older versions may lack optional keys."""
+    return Source(
+        ref=int(raw.get("ref") or position),
+        doc_id=str(raw.get("doc_id", "")),
+        title=str(raw.get("title", "")),
+        url=str(raw.get("url", "")),
+        chunk_id=str(raw.get("chunk_id", "")),
+        kind=str(raw.get("kind", "article")),
+        form_id=str(raw.get("form_id", "")),
+        download_url=str(raw.get("download_url", "")),
+    )
+
+
+def _build(deps: PipelineDeps, params: dict[str, Any]) -> CacheResponse:
+    return CacheResponse(stream_chunk_chars=deps.config.stream_chunk_chars)
+
+
+NODE_TYPE = NodeType(
+    name=NAME,
+    description={
+        "en": "Streams the cached answer with its sources.",
+        "zh-hant": "以串流方式送出快取中的回答與資料來源。",
+    },
+    inputs=INPUTS,
+    outputs=OUTPUTS,
+    factory=_build,
+)

@@ -1,0 +1,180 @@
+"""planner: decide what the question needs: retrieval, a transform of the previous answer, or a direct reply.
+
+Offline, bilingual keyword rules decide. With an LLM, a JSON-schema call does, and its plan is made consistent
+with the routes (a follow-up without a previous answer is a new question; FAQ and form questions always
+search, because the answer may only come from the help centre). A reply that does not fit the schema, a timeout,
+an upstream error or a full queue falls back to the rules: the answer matters more than the plan. The status
+event says which one decided (`plan_source`: llm, rules, rules_fallback) and why it fell back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rag.deps import PipelineDeps, PromptProvider
+from rag.engine import NodeType, ParamSpec
+from rag.events import StreamWriter
+from rag.llm_nodes import calls
+from rag.llm_nodes.followup import canonical_instruction
+from rag.llm_nodes.prompts import PLANNER
+from rag.offline.planner_rules import (
+    CONVERSATION_FOLLOWUP,
+    OUT_OF_SCOPE,
+    ROUTE_DIRECT,
+    ROUTE_FOLLOWUP,
+    ROUTE_RETRIEVE,
+    SIMPLE_FAQ,
+    OfflinePlan,
+    plan_offline,
+)
+from rag.state import INTENTS, PipelineState
+
+NAME = "planner"
+INPUTS = ("normalized_question", "language", "previous_answer")
+OUTPUTS = ("intent", "should_retrieve", "followup_instruction", "plan_source")
+
+PLAN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "intent": {"type": "string", "enum": list(INTENTS)},
+        "should_retrieve": {"type": "boolean"},
+        "followup_instruction": {"type": "string"},
+    },
+    "required": ["intent", "should_retrieve", "followup_instruction"],
+    "additionalProperties": False,
+}
+_MAX_INSTRUCTION_CHARS = 300
+
+
+class Planner:
+    name = NAME
+
+    def __init__(
+        self,
+        *,
+        llm: Any = None,
+        prompts: PromptProvider | None = None,
+        timeout: float = 10.0,
+        history_turns: int = 2,
+        history_chars: int = 800,
+    ) -> None:
+        self._llm = llm
+        self._prompts = calls.prompt_provider(prompts)
+        self._timeout = timeout
+        self._history_turns = history_turns
+        self._history_chars = history_chars
+
+    async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
+        if self._llm is None:
+            return await self._apply(state, writer, self._rules(state), source="rules")
+        try:
+            plan, adjusted = await self._plan_with_llm(state, writer)
+        except calls.FALLBACK_ERRORS as exc:
+            calls.log_fallback(NAME, exc)
+            await calls.record_rejected_usage(state, writer, self.name, exc, call="plan")
+            return await self._apply(
+                state,
+                writer,
+                self._rules(state),
+                source="rules_fallback",
+                fallback_reason=calls.fallback_reason(exc),
+                detail=calls.fallback_detail(exc),
+            )
+        extra = {"adjusted": adjusted} if adjusted else {}
+        return await self._apply(state, writer, plan, source="llm", **extra)
+
+    @staticmethod
+    def _rules(state: PipelineState) -> OfflinePlan:
+        return plan_offline(state.normalized_question, previous_answer=state.previous_answer)
+
+    async def _apply(
+        self, state: PipelineState, writer: StreamWriter, plan: OfflinePlan, *, source: str, **extra: Any
+    ) -> str:
+        state.intent = plan.intent
+        state.should_retrieve = plan.should_retrieve
+        state.followup_instruction = plan.followup_instruction
+        state.plan_source = source
+        await writer.emit(
+            self.name,
+            "status",
+            "plan",
+            intent=plan.intent,
+            should_retrieve=plan.should_retrieve,
+            followup_instruction=plan.followup_instruction,
+            plan_source=source,
+            **extra,
+        )
+        return plan.route
+
+    async def _plan_with_llm(self, state: PipelineState, writer: StreamWriter) -> tuple[OfflinePlan, list[str]]:
+        snapshot = await calls.load_prompt(self._prompts, PLANNER)
+        system = calls.render(snapshot, PLANNER, language=state.language, summary=state.summary)
+        messages = [
+            {"role": "system", "content": system},
+            *calls.history_messages(state.history, turns=self._history_turns, max_chars=self._history_chars),
+            {"role": "user", "content": state.normalized_question},
+        ]
+        result = await self._llm.complete(
+            backend=state.backend,
+            node=NAME,
+            messages=messages,
+            json_schema=PLAN_SCHEMA,
+            schema_name="plan",
+            total_timeout=self._timeout,
+            **calls.call_options(self._llm, snapshot, node=NAME),
+        )
+        await calls.record_usage(state, writer, self.name, result.usage, call="plan")
+        return reconcile(result.parsed_json, question=state.normalized_question, previous_answer=state.previous_answer)
+
+
+def reconcile(raw: dict[str, Any], *, question: str, previous_answer: str) -> tuple[OfflinePlan, list[str]]:
+    """A schema-valid model plan made consistent with the routes; also the names of the fields that changed."""
+    intent = raw["intent"]
+    wants_retrieval = bool(raw["should_retrieve"])
+    sentence = " ".join(str(raw["followup_instruction"]).split())[:_MAX_INSTRUCTION_CHARS]
+    adjusted: list[str] = []
+    if intent == CONVERSATION_FOLLOWUP and not previous_answer.strip():
+        # Nothing to transform: answer it as a question of its own.
+        intent = SIMPLE_FAQ
+        adjusted.append("intent")
+    if intent == CONVERSATION_FOLLOWUP:
+        # The user's own words first ("簡短一點" -> shorten), so offline transforms and fallbacks understand it;
+        # the model's sentence when it says more than a known transform ("explain step 2").
+        instruction = canonical_instruction(question) or canonical_instruction(sentence) or sentence or question
+        if wants_retrieval:
+            # A follow-up that needs new material: search again (for the earlier question) and answer.
+            return OfflinePlan(intent, True, instruction, ROUTE_RETRIEVE), adjusted
+        return OfflinePlan(intent, False, instruction, ROUTE_FOLLOWUP), adjusted
+    if sentence:
+        adjusted.append("followup_instruction")
+    if intent == OUT_OF_SCOPE:
+        if wants_retrieval:
+            adjusted.append("should_retrieve")
+        return OfflinePlan(intent, False, "", ROUTE_DIRECT), adjusted
+    # simple_faq, form_download, form_export: the help centre is the only allowed source of an answer, and the form
+    # list is what a form answer (or export) is made of, so these always search.
+    if not wants_retrieval:
+        adjusted.append("should_retrieve")
+    return OfflinePlan(intent, True, "", ROUTE_RETRIEVE), adjusted
+
+
+def _build(deps: PipelineDeps, params: dict[str, Any]) -> Planner:
+    return Planner(llm=deps.llm, prompts=deps.prompts, timeout=params["timeout"])
+
+
+NODE_TYPE = NodeType(
+    name=NAME,
+    description={
+        "en": "Classifies the question (FAQ, form download, form export, follow-up, out of scope) and picks a route; "
+        "with an LLM by a JSON-schema call, falling back to the rules.",
+        "zh-hant": "判斷問題類型（常見問題、表單下載、表單匯出、追問、範圍外）並決定後續路線；"
+        "設定語言模型時以 JSON 結構化輸出判斷，失敗時改用規則。",
+    },
+    inputs=INPUTS,
+    outputs=OUTPUTS,
+    factory=_build,
+    routes=(ROUTE_RETRIEVE, ROUTE_FOLLOWUP, ROUTE_DIRECT),
+    params={
+        "timeout": ParamSpec("float", 10.0, "Seconds the LLM plan may take before the rules decide", minimum=0.1),
+    },
+)

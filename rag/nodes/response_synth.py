@@ -1,0 +1,363 @@
+"""response_synth: compose the answer and stream it; the one node on the normal path that writes `answer` deltas.
+
+Offline, the answer is extractive: sentences of the retrieved articles that share most words with the question,
+each with its citation, then the numbered sources. Forms get download links (and attachments), exports a CSV
+link, and anything unanswerable an honest reply in the question's language with the way to a human.
+
+With an LLM, answers from retrieved material are generated and streamed token by token (unified-agent-system
+with the numbered sources; `reasoning` deltas on their own channel), and so are the follow-up translations and
+rewrites followup_transform prepared. Only the sources the answer cites are kept, under the numbers it used,
+and listed after it. Fixed replies (out of scope, the forms export, nothing found) stay offline: there is
+nothing for a model to add. Then the running conversation summary is updated (conversation-summarizer), falling
+back to the offline summary if that call fails: the answer is already out. Every call emits its usage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from rag.deps import PipelineDeps, PromptProvider
+from rag.engine import NodeType, ParamSpec
+from rag.events import StreamWriter
+from rag.llm_nodes import calls
+from rag.llm_nodes.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, canonical_instruction, followup_mode
+from rag.llm_nodes.prompts import CONVERSATION_SUMMARIZER, TRANSLATOR, UNIFIED_AGENT
+from rag.llm_nodes.sources import cited_sources, number_sources, sources_prompt
+from rag.nodes._streaming import stream_text
+from rag.offline import answers, messages
+from rag.offline.followup import ELABORATE, SHORTEN, SUMMARIZE
+from rag.offline.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
+from rag.offline.transforms import split_answer, transform_previous_answer
+from rag.state import PipelineState, Usage
+from rag.text.language import OTHER
+
+logger = logging.getLogger(__name__)
+
+NAME = "response_synth"
+SUMMARY_NODE = "conversation_summarizer"  # the label of the summary call (LLM_NODE_MODELS can target it)
+INPUTS = ("normalized_question", "language")
+# Read when an upstream node wrote them, meaningful defaults otherwise (no retrieval on the direct path, no
+# prepared answer outside follow-ups): optional inputs, so a workflow without retrieval still validates.
+OPTIONAL_INPUTS = (
+    "intent",
+    "should_retrieve",
+    "followup_instruction",
+    "search_query",
+    "retrieved",
+    "retrieval_verdict",
+    "answer",
+    "summary",
+    "previous_answer",
+)
+OUTPUTS = ("answer", "sources", "attachments", "new_summary")
+_ELABORATE_EXTRA_SENTENCES = 3
+ANSWER = "answer"  # an LLM task besides followup's TRANSLATE and REWRITE: answering from retrieved chunks
+# What an offline instruction asks, said to the model.
+_INSTRUCTION_SENTENCES = {
+    SUMMARIZE: "Summarise the previous answer.",
+    SHORTEN: "Make the previous answer shorter.",
+    ELABORATE: "Explain the previous answer in more detail.",
+}
+_SUMMARY_MAX_CHARS = 1000
+_SUMMARY_ANSWER_CHARS = 3000
+
+
+class ResponseSynth:
+    name = NAME
+
+    def __init__(
+        self,
+        *,
+        stream_chunk_chars: int,
+        forms_base_url: str,
+        forms_export_url: str,
+        max_sentences: int,
+        min_sentences: int,
+        contact_zh: str,
+        contact_en: str,
+        llm: Any = None,
+        prompts: PromptProvider | None = None,
+        max_sources: int = 5,
+        source_chars: int = 1500,
+        history_turns: int = 4,
+        history_chars: int = 1500,
+        llm_summary: bool = True,
+        summary_timeout: float = 10.0,
+    ) -> None:
+        self._chunk_chars = stream_chunk_chars
+        self._forms_base_url = forms_base_url
+        self._forms_export_url = forms_export_url
+        self._max_sentences = max_sentences
+        self._min_sentences = min(min_sentences, max_sentences)
+        self._contact = {messages.ZH: contact_zh, messages.EN: contact_en}
+        self._llm = llm
+        self._prompts = calls.prompt_provider(prompts)
+        self._max_sources = max_sources
+        self._source_chars = source_chars
+        self._history_turns = history_turns
+        self._history_chars = history_chars
+        self._llm_summary = llm_summary
+        self._summary_timeout = summary_timeout
+
+    async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
+        task = self._llm_task(state) if self._llm is not None and not state.answer else None
+        if task is not None:
+            await self._generate(state, writer, task)
+        else:
+            if not state.answer:
+                self._set(state, self._compose(state))
+            # Otherwise already written (a follow-up transform): only the streaming is left to do.
+            await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
+        state.new_summary = await self._summarize(state, writer)
+        return None
+
+    @staticmethod
+    def _set(state: PipelineState, composed: answers.ComposedAnswer) -> None:
+        state.answer = composed.text
+        state.sources = composed.sources
+        state.attachments = composed.attachments
+
+    # ------------------------------------------------------------------ LLM answers
+
+    @staticmethod
+    def _llm_task(state: PipelineState) -> str | None:
+        """What the model is asked to write here, or None for an offline reply."""
+        if state.intent == CONVERSATION_FOLLOWUP and not state.should_retrieve:
+            if not state.previous_answer.strip():
+                return None
+            kind = followup_mode(state.followup_instruction, state.previous_answer).kind
+            return None if kind == SCRIPT else kind
+        if state.intent in (OUT_OF_SCOPE, FORM_EXPORT) or not state.should_retrieve:
+            return None
+        # With nothing retrieved the honest offline "not found" (with the way to a human) says all there is.
+        return ANSWER if state.retrieved else None
+
+    async def _generate(self, state: PipelineState, writer: StreamWriter, task: str) -> None:
+        try:
+            if task == TRANSLATE:
+                request = await self._translation_request(state)
+            else:
+                request = await self._answer_request(state, task)
+        except calls.PromptUnavailable as exc:
+            calls.log_fallback(NAME, exc)
+            await writer.emit(
+                self.name,
+                "status",
+                "generate",
+                task=task,
+                answer_source="rules_fallback",
+                fallback_reason=calls.fallback_reason(exc),
+            )
+            await self._offline_answer(state, writer, task)
+            return
+        prompt_messages, numbered, options = request
+        await writer.emit(self.name, "status", "generate", task=task, answer_source="llm", sources=len(numbered or ()))
+        body = await self._stream(state, writer, prompt_messages, options)
+        if not body.strip():
+            # The model said nothing (a max_tokens of reasoning, say): the offline answer rather than silence.
+            await writer.emit(self.name, "status", "generate", answer_source="rules_fallback", fallback_reason="empty")
+            await self._offline_answer(state, writer, task)
+            return
+        if numbered is None:  # a translation: the previous answer's sources, listed in the target language
+            sources = state.sources or split_answer(state.previous_answer)[1]
+            attachments = []
+            language = followup_mode(state.followup_instruction, state.previous_answer).target_language
+        else:
+            sources, attachments = cited_sources(body, numbered)
+            language = state.language
+        block = f"\n\n{answers.sources_block(sources, language)}" if sources else ""
+        if block:
+            await stream_text(writer, self.name, block, chunk_chars=self._chunk_chars)
+        state.answer = body + block
+        state.sources = sources
+        state.attachments = attachments
+
+    async def _translation_request(self, state: PipelineState) -> tuple[list[dict[str, str]], None, dict[str, Any]]:
+        target = followup_mode(state.followup_instruction, state.previous_answer).target_language
+        snapshot = await calls.load_prompt(self._prompts, TRANSLATOR)
+        system = calls.render(snapshot, TRANSLATOR, target_language=TARGET_NAMES[target])
+        body, _ = split_answer(state.previous_answer)
+        prompt_messages = [{"role": "system", "content": system}, {"role": "user", "content": body}]
+        return prompt_messages, None, calls.call_options(self._llm, snapshot, node=NAME)
+
+    async def _answer_request(
+        self, state: PipelineState, task: str
+    ) -> tuple[list[dict[str, str]], Any, dict[str, Any]]:
+        numbered = number_sources(
+            state.retrieved,
+            forms_base_url=self._forms_base_url,
+            max_sources=self._max_sources,
+            max_chars=self._source_chars,
+        )
+        snapshot = await calls.load_prompt(self._prompts, UNIFIED_AGENT)
+        system = calls.render(
+            snapshot, UNIFIED_AGENT, language=state.language, sources=sources_prompt(numbered), summary=state.summary
+        )
+        prompt_messages = [
+            {"role": "system", "content": system},
+            *calls.history_messages(state.history, turns=self._history_turns, max_chars=self._history_chars),
+            {"role": "user", "content": _user_message(state, task)},
+        ]
+        return prompt_messages, numbered, calls.call_options(self._llm, snapshot, node=NAME)
+
+    async def _stream(
+        self, state: PipelineState, writer: StreamWriter, prompt_messages: list[dict[str, str]], options: dict[str, Any]
+    ) -> str:
+        """Stream the model's answer and reasoning as they come; the answer text. Leaving early (cancellation,
+        an upstream failure) closes the upstream stream and frees the slot at once."""
+        parts: list[str] = []
+        usage: Usage | None = None
+        stream = self._llm.stream_answer(backend=state.backend, node=NAME, messages=prompt_messages, **options)
+        async with contextlib.aclosing(stream) as deltas:
+            async for delta in deltas:
+                if delta.kind == "answer" and delta.text:
+                    parts.append(delta.text)
+                    await writer.answer(self.name, delta.text)
+                elif delta.kind == "reasoning" and delta.text:
+                    await writer.reasoning(self.name, delta.text)
+                elif delta.kind == "usage" and delta.usage is not None:
+                    usage = delta.usage
+        await calls.record_usage(state, writer, self.name, usage, call="answer")
+        return "".join(parts)
+
+    async def _offline_answer(self, state: PipelineState, writer: StreamWriter, task: str) -> None:
+        if task in (TRANSLATE, REWRITE):
+            result = await transform_previous_answer(
+                state.previous_answer,
+                canonical_instruction(state.followup_instruction),
+                language=state.language,
+                summary_chars=200,
+                shorten_chars=400,
+            )
+            self._set(state, answers.ComposedAnswer(result.text, result.sources))
+        else:
+            self._set(state, self._compose(state))
+        await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
+
+    # ------------------------------------------------------------------ the running summary
+
+    async def _summarize(self, state: PipelineState, writer: StreamWriter) -> str:
+        offline = answers.updated_summary(state.summary, state.normalized_question, state.answer)
+        if self._llm is None or not self._llm_summary or not state.answer.strip():
+            return offline
+        try:
+            snapshot = await calls.load_prompt(self._prompts, CONVERSATION_SUMMARIZER)
+            prompt = calls.render(
+                snapshot,
+                CONVERSATION_SUMMARIZER,
+                summary=state.summary,
+                question=state.normalized_question,
+                answer=calls.clip(answers.answer_body(state.answer), _SUMMARY_ANSWER_CHARS),
+            )
+            result = await self._llm.complete(
+                backend=state.backend,
+                node=SUMMARY_NODE,
+                messages=[{"role": "user", "content": prompt}],
+                total_timeout=self._summary_timeout,
+                **calls.call_options(self._llm, snapshot, node=SUMMARY_NODE),
+            )
+        except calls.FALLBACK_ERRORS as exc:
+            # The answer is already out: a summary problem must not turn it into an error.
+            calls.log_fallback(f"{NAME} summary", exc)
+            await writer.emit(
+                self.name,
+                "status",
+                "summary",
+                summary_source="rules_fallback",
+                fallback_reason=calls.fallback_reason(exc),
+            )
+            return offline
+        await calls.record_usage(state, writer, self.name, result.usage, call="summary")
+        summary = " ".join(result.text.split())[:_SUMMARY_MAX_CHARS]
+        return summary or offline
+
+    def _compose(self, state: PipelineState) -> answers.ComposedAnswer:
+        question = state.normalized_question
+        language = state.language
+        contact = self._contact[messages.reply_language(language)]
+        if state.intent == OUT_OF_SCOPE or not state.should_retrieve:
+            return answers.out_of_scope_answer(language)
+        relevant = state.retrieval_verdict == "relevant" or (not state.retrieval_verdict and bool(state.retrieved))
+        chunks = state.retrieved if relevant else []
+        if state.intent == FORM_EXPORT:
+            # Without a match the export still works: it lists every form.
+            return answers.export_answer(question, chunks, language=language, export_url=self._forms_export_url)
+        if state.intent == FORM_DOWNLOAD:
+            return answers.forms_answer(
+                question, chunks, language=language, forms_base_url=self._forms_base_url, contact=contact
+            )
+        if relevant:
+            extra = _ELABORATE_EXTRA_SENTENCES if state.followup_instruction == ELABORATE else 0
+            # Sentences are picked by the question's words and the search's: "tell me more" and "那要多久？"
+            # carry their topic only in the query built from the conversation.
+            wanted = question if state.search_query in ("", question) else f"{question} {state.search_query}"
+            composed = answers.extractive_answer(
+                wanted,
+                chunks,
+                language=language,
+                max_sentences=self._max_sentences + extra,
+                min_sentences=self._min_sentences,
+            )
+            if composed is not None:
+                return composed
+        return answers.no_answer(question, state.retrieved, language=language, contact=contact)
+
+
+def _user_message(state: PipelineState, task: str) -> str:
+    # A question in another language was translated for the search; the model reads the original and answers
+    # in its language.
+    question = state.question.strip() if state.language == OTHER else state.normalized_question
+    if task != REWRITE:
+        return question
+    instruction = _INSTRUCTION_SENTENCES.get(state.followup_instruction, state.followup_instruction)
+    if not instruction or instruction == question:
+        return question
+    return f"{question}\n\n({instruction})"
+
+
+def _build(deps: PipelineDeps, params: dict[str, Any]) -> ResponseSynth:
+    config = deps.config
+    return ResponseSynth(
+        stream_chunk_chars=config.stream_chunk_chars,
+        forms_base_url=config.forms_base_url,
+        forms_export_url=config.forms_export_url,
+        max_sentences=params["max_sentences"],
+        min_sentences=params["min_sentences"],
+        contact_zh=params["contact_zh"],
+        contact_en=params["contact_en"],
+        llm=deps.llm,
+        prompts=deps.prompts,
+        max_sources=params["max_sources"],
+        llm_summary=params["llm_summary"],
+        summary_timeout=params["summary_timeout"],
+    )
+
+
+NODE_TYPE = NodeType(
+    name=NAME,
+    description={
+        "en": "Writes the answer with citations and sources (form links, CSV export) and streams it; with an LLM, "
+        "generates it token by token from the numbered sources and updates the conversation summary.",
+        "zh-hant": "撰寫附引用與資料來源的回答（含表單下載連結、CSV 匯出）並以串流送出；設定語言模型時，"
+        "依編號資料來源逐字產生回答，並更新對話摘要。",
+    },
+    inputs=INPUTS,
+    optional_inputs=OPTIONAL_INPUTS,
+    outputs=OUTPUTS,
+    factory=_build,
+    params={
+        "max_sentences": ParamSpec("int", 5, "Most sentences in an extractive answer", minimum=1, maximum=12),
+        "min_sentences": ParamSpec("int", 2, "Fewest sentences in an extractive answer", minimum=1, maximum=12),
+        "contact_zh": ParamSpec("str", messages.DEFAULT_CONTACT_ZH, "How to reach a person (Chinese replies)"),
+        "contact_en": ParamSpec("str", messages.DEFAULT_CONTACT_EN, "How to reach a person (English replies)"),
+        "max_sources": ParamSpec(
+            "int", 5, "With an LLM: most documents given to the model as numbered sources", minimum=1, maximum=20
+        ),
+        "llm_summary": ParamSpec("bool", True, "With an LLM: write the running conversation summary with it"),
+        "summary_timeout": ParamSpec(
+            "float", 10.0, "Seconds the summary call may take before the offline summary is kept", minimum=0.1
+        ),
+    },
+)

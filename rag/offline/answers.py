@@ -1,0 +1,274 @@
+"""Offline answers composed from retrieved chunks: extractive with citations, form lists, CSV exports, and the
+honest "not found" / "out of scope" replies. Pure functions; `response_synth` streams what they return.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from rag.offline import messages
+from rag.offline.terms import query_terms, split_sentences, text_terms
+from rag.state import Attachment, RetrievedChunk, Source
+
+_TRAILING_PUNCT_RE = re.compile(r"[。！？!?.；;：:，,]+$")
+_CITATION_RE = re.compile(r"\s?\[\d+\]")
+# Words that say "a form" or "export" but not which one: dropped before matching forms to the question.
+_FORM_GENERIC_RE = re.compile(
+    r"申請表|申请表|表單|表单|表格|下載|下载|匯出|汇出|清單|清单|列表|所有|全部|檔案|档案|"
+    r"\b(?:forms?|download|downloads|export|list|all|every|csv|file|files|spreadsheet|excel|application|pdf)\b",
+    re.IGNORECASE,
+)
+_ALL_FORMS_RE = re.compile(r"所有|全部|\ball\b|\bevery\b|\bcomplete\b|\bfull\b", re.IGNORECASE)
+_SUMMARY_CAP = 500
+_RELATIVE_FLOOR = 0.4
+_RANK_PENALTY = 0.2
+_CROSS_REFERENCE_RE = re.compile(r"(?:see|refer to|請參考|请参考|詳見|详见|參見|参见|請見|请见)\b", re.IGNORECASE)
+_SUMMARY_ANSWER_CHARS = 120
+
+
+@dataclass(slots=True)
+class ComposedAnswer:
+    text: str
+    sources: list[Source] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+def cite(sentence: str, ref: int, language: str) -> str:
+    """The sentence with its citation before the closing punctuation: "...30 分鐘[1]。", "...30 minutes [1]."."""
+    chinese = messages.reply_language(language) == messages.ZH
+    match = _TRAILING_PUNCT_RE.search(sentence)
+    body = sentence[: match.start()] if match else sentence
+    punct = match.group() if match else ("。" if chinese else ".")
+    return f"{body}[{ref}]{punct}" if chinese else f"{body} [{ref}]{punct}"
+
+
+def sources_block(sources: list[Source], language: str) -> str:
+    lines = [messages.text("sources", language)]
+    lines.extend(f"[{s.ref}] {s.title} ({s.url})" for s in sources)
+    return "\n".join(lines)
+
+
+class _SourceBook:
+    """Numbers sources by document in order of first citation, so two chunks of one article share a number."""
+
+    def __init__(self) -> None:
+        self.sources: list[Source] = []
+        self._refs: dict[str, int] = {}
+
+    def ref(self, chunk: RetrievedChunk, *, download_url: str = "") -> int:
+        key = chunk.doc_id or chunk.url or chunk.chunk_id
+        ref = self._refs.get(key)
+        if ref is None:
+            ref = self._refs[key] = len(self.sources) + 1
+            self.sources.append(
+                Source(
+                    ref=ref,
+                    doc_id=chunk.doc_id,
+                    title=chunk.title,
+                    url=chunk.url,
+                    chunk_id=chunk.chunk_id,
+                    kind=chunk.kind,
+                    form_id=chunk.form_id,
+                    download_url=download_url,
+                )
+            )
+        return ref
+
+
+def _in_language(chunks: list[RetrievedChunk], language: str) -> list[RetrievedChunk]:
+    """The chunks written in the reply language, when there are any (else all: better than nothing)."""
+    want = messages.reply_language(language)
+    matching = [c for c in chunks if not c.language or messages.reply_language(c.language) == want]
+    return matching or chunks
+
+
+def extractive_answer(
+    question: str,
+    chunks: list[RetrievedChunk],
+    *,
+    language: str,
+    max_sentences: int = 5,
+    min_sentences: int = 2,
+    max_chunks: int = 5,
+) -> ComposedAnswer | None:
+    """The sentences of the top chunks that share most terms with the question, in reading order, each cited;
+    None when no chunk has a usable sentence."""
+    articles = _in_language([c for c in chunks if c.kind != "form"] or chunks, language)[:max_chunks]
+    wanted = query_terms(question)
+    candidates: list[tuple[float, int, int, str]] = []  # (score, chunk index, position, sentence)
+    for rank, chunk in enumerate(articles):
+        # A chunk whose title or section names the question's words is about it; a passing mention is not.
+        title_hits = len(wanted & text_terms(f"{chunk.title} {chunk.heading}"))
+        for position, sentence in enumerate(split_sentences(chunk.text)):
+            if sentence.endswith((":", "：")):
+                continue  # introduces a list we would not show
+            hits = len(wanted & text_terms(sentence))
+            if not hits:
+                continue
+            score = (hits + title_hits) / (1 + _RANK_PENALTY * rank) + 0.05 / (1 + position)
+            if _CROSS_REFERENCE_RE.match(sentence):
+                score /= 2  # "See 'How do I reset my password'" points elsewhere instead of answering
+            candidates.append((score, rank, position, sentence))
+    candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+    # Sentences far below the best one only share a common word ("密碼") with the question: leave them out.
+    floor = candidates[0][0] * _RELATIVE_FLOOR if candidates else 0.0
+    chosen: dict[tuple[int, int], str] = {}
+    chunk_best: dict[int, float] = {}
+    seen_text: set[str] = set()
+    for score, rank, position, sentence in candidates:
+        if len(chosen) >= max_sentences or score < floor:
+            break
+        if sentence not in seen_text:
+            seen_text.add(sentence)
+            chosen[(rank, position)] = sentence
+            chunk_best.setdefault(rank, score)
+    if len(chosen) < min_sentences and articles:
+        # Too little matched word for word: lead with the best chunk's opening, which usually states its point.
+        lead = max(chunk_best, key=chunk_best.__getitem__) if chunk_best else 0
+        for position, sentence in enumerate(split_sentences(articles[lead].text)):
+            if len(chosen) >= min_sentences:
+                break
+            if sentence not in seen_text and not sentence.endswith((":", "：")):
+                seen_text.add(sentence)
+                chosen[(lead, position)] = sentence
+                chunk_best.setdefault(lead, 0.0)
+    if not chosen:
+        return None
+    # Reading order: the best chunk's sentences first, each chunk's sentences in their own order (steps stay
+    # in sequence).
+    order = sorted(chosen, key=lambda key: (-chunk_best[key[0]], key[0], key[1]))
+    book = _SourceBook()
+    separator = "" if messages.reply_language(language) == messages.ZH else " "
+    body = separator.join(cite(chosen[key], book.ref(articles[key[0]]), language) for key in order)
+    return ComposedAnswer(f"{body}\n\n{sources_block(book.sources, language)}", book.sources)
+
+
+def _form_chunks(chunks: list[RetrievedChunk], language: str) -> list[RetrievedChunk]:
+    """One chunk per form, in rank order, preferring the reply language's version of each form."""
+    want = messages.reply_language(language)
+    chosen: dict[str, RetrievedChunk] = {}
+    for chunk in chunks:
+        if chunk.kind != "form":
+            continue
+        key = chunk.form_id or chunk.doc_id or chunk.chunk_id
+        kept = chosen.get(key)
+        # A later version replaces the kept one in place (dict order stays the rank order of first sight).
+        better = kept is not None and messages.reply_language(kept.language) != want
+        if kept is None or (better and messages.reply_language(chunk.language) == want):
+            chosen[key] = chunk
+    return list(chosen.values())
+
+
+def _subject_terms(question: str) -> set[str]:
+    return query_terms(_FORM_GENERIC_RE.sub(" ", question))
+
+
+def _forms_named(question: str, forms: list[RetrievedChunk]) -> list[RetrievedChunk]:
+    """The forms that fit what the question names, best first; empty when it names nothing in particular or
+    nothing fits."""
+    subject = _subject_terms(question)
+    if not subject:
+        return []
+    scored = [(len(subject & text_terms(f"{f.title} {f.form_id} {f.text}")), i, f) for i, f in enumerate(forms)]
+    best = max((s for s, _, _ in scored), default=0)
+    if best == 0:
+        return []
+    # Keep the forms nearly as good as the best one: "時數補登申請表" should not list every 申請表.
+    return [f for s, _, f in sorted(scored, key=lambda t: (-t[0], t[1])) if s >= 0.6 * best]
+
+
+def form_download_url(chunk: RetrievedChunk, forms_base_url: str) -> str:
+    """Where the form's file is served: the forms base URL + the file's name.
+
+    Only the name: `form_file` is the file's path inside the corpus ("forms/f.pdf"), and the base URL already
+    points at that folder, so joining the whole path would give "/forms/forms/f.pdf".
+    """
+    if not chunk.form_file:
+        return chunk.url
+    return forms_base_url.rstrip("/") + "/" + quote(chunk.form_file.rsplit("/", 1)[-1])
+
+
+def forms_answer(
+    question: str, chunks: list[RetrievedChunk], *, language: str, forms_base_url: str, contact: str, limit: int = 5
+) -> ComposedAnswer:
+    all_forms = _form_chunks(chunks, language)
+    forms = (_forms_named(question, all_forms) or all_forms)[:limit]
+    if not forms:
+        return ComposedAnswer(messages.text("no_forms", language, contact=contact))
+    chinese = messages.reply_language(language) == messages.ZH
+    book = _SourceBook()
+    lines = [messages.text("forms_intro", language), ""]
+    attachments = []
+    for i, form in enumerate(forms, start=1):
+        url = form_download_url(form, forms_base_url)
+        ref = book.ref(form, download_url=url)
+        label = f"{form.title}（{form.form_id}）" if chinese and form.form_id else form.title
+        if not chinese and form.form_id:
+            label = f"{form.title} ({form.form_id})"
+        colon = "：" if chinese else ": "
+        lines.append(f"{i}. {label}{colon}[{messages.text('download', language)}]({url}) [{ref}]")
+        if form.form_file:
+            media_type = mimetypes.guess_type(form.form_file)[0] or "application/octet-stream"
+            attachments.append(Attachment(name=form.form_file.rsplit("/", 1)[-1], url=url, media_type=media_type))
+    text = "\n".join(lines) + "\n\n" + sources_block(book.sources, language)
+    return ComposedAnswer(text, book.sources, attachments)
+
+
+def export_answer(question: str, chunks: list[RetrievedChunk], *, language: str, export_url: str) -> ComposedAnswer:
+    """A link to the CSV export: of the forms the question names, or of all forms when it names none."""
+    forms = [f for f in _form_chunks(chunks, language) if f.form_id]
+    matched = [] if _ALL_FORMS_RE.search(question) else _forms_named(question, forms)
+    if matched:
+        ids = ",".join(quote(f.form_id, safe="-_.") for f in matched)
+        url = f"{export_url}?ids={ids}"
+        text = messages.text("export_some", language, count=len(matched), url=url)
+    else:
+        url = export_url
+        text = messages.text("export_all", language, url=url)
+    return ComposedAnswer(text, [], [Attachment(name="forms.csv", url=url, media_type="text/csv")])
+
+
+def no_answer(question: str, chunks: list[RetrievedChunk], *, language: str, contact: str) -> ComposedAnswer:
+    """The honest "not found" reply, with up to three weakly related articles when some share a term."""
+    text = messages.text("no_answer", language, contact=contact)
+    wanted = query_terms(question)
+    related = [c for c in chunks if wanted & text_terms(f"{c.title} {c.heading} {c.text}")] if wanted else []
+    if not related:
+        return ComposedAnswer(text)
+    book = _SourceBook()
+    for chunk in related:
+        if len(book.sources) == 3:
+            break
+        book.ref(chunk)
+    lines = [text, "", messages.text("related", language)]
+    lines.extend(f"[{s.ref}] {s.title} ({s.url})" for s in book.sources)
+    return ComposedAnswer("\n".join(lines), book.sources)
+
+
+def out_of_scope_answer(language: str) -> ComposedAnswer:
+    return ComposedAnswer(messages.text("out_of_scope", language))
+
+
+def answer_body(answer: str) -> str:
+    """The answer without its sources block."""
+    for label in messages.SOURCE_LABELS:
+        cut = answer.rfind("\n\n" + label)
+        if cut != -1:
+            return answer[:cut]
+    return answer
+
+
+def updated_summary(previous: str, question: str, answer: str, *, cap: int = _SUMMARY_CAP) -> str:
+    """The running conversation summary: earlier turns plus "Q: question A: first sentence", newest kept."""
+    sentences = split_sentences(answer_body(answer), min_chars=1)
+    first = _CITATION_RE.sub("", sentences[0] if sentences else answer).strip()[:_SUMMARY_ANSWER_CHARS]
+    turn = f"Q: {' '.join(question.split())[:_SUMMARY_ANSWER_CHARS]} A: {first}"
+    combined = f"{previous.strip()} {turn}".strip() if previous.strip() else turn
+    if len(combined) <= cap:
+        return combined
+    tail = combined[-cap:]
+    start = tail.find("Q: ")
+    return tail[start:] if start > 0 else tail

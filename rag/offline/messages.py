@@ -1,0 +1,69 @@
+"""Fixed reply texts in the two languages the help centre answers in.
+
+Questions in Simplified Chinese are answered in Traditional Chinese (the corpus language, into which they were
+normalised); questions in another language get English, the likelier shared language than Chinese.
+"""
+
+from __future__ import annotations
+
+from rag.text.language import is_chinese
+
+ZH = "zh"
+EN = "en"
+
+DEFAULT_CONTACT_ZH = "客服專線 02-2000-0000（服務時間內），或寄信至 service@learnhub.example.gov.tw。"
+DEFAULT_CONTACT_EN = "call 02-2000-0000 during service hours or write to service@learnhub.example.gov.tw."
+
+
+def reply_language(language: str) -> str:
+    return ZH if is_chinese(language) else EN
+
+
+_TEXTS: dict[str, dict[str, str]] = {
+    "out_of_scope": {
+        ZH: "抱歉，我只能回答本平台的相關問題，例如帳號與登入、課程報名、學習時數、證書與表單下載。"
+        "請問有什麼平台相關的問題需要協助嗎？",
+        EN: "Sorry, I can only help with questions about the platform, such as accounts and logging in, course "
+        "enrolment, learning hours, certificates and forms. What would you like to know about the platform?",
+    },
+    "no_answer": {
+        ZH: "抱歉，說明中心裡找不到這個問題的答案。您可以換個說法再問一次，或聯絡客服：{contact}",
+        EN: "Sorry, I couldn't find an answer to that in the help centre. You can rephrase your question, or "
+        "contact the service desk: {contact}",
+    },
+    "related": {ZH: "以下文章可能與您的問題有關：", EN: "These articles may be related to your question:"},
+    "sources": {ZH: "資料來源：", EN: "Sources:"},
+    "no_forms": {
+        ZH: "抱歉，找不到符合的表單。您可以說明要辦理的事項再問一次，或聯絡客服：{contact}",
+        EN: "Sorry, I couldn't find a matching form. Tell me what you want to apply for and ask again, or contact "
+        "the service desk: {contact}",
+    },
+    "forms_intro": {ZH: "以下是可下載的表單：", EN: "Here are the forms you can download:"},
+    "download": {ZH: "下載", EN: "Download"},
+    "export_some": {
+        ZH: "已為您整理 {count} 份相關表單的清單，可下載 CSV 檔：[forms.csv]({url})",
+        EN: "I've put together a list of {count} matching forms. Download it as a CSV file: [forms.csv]({url})",
+    },
+    "export_all": {
+        ZH: "可下載所有表單的清單（CSV 檔）：[forms.csv]({url})",
+        EN: "You can download the list of all forms as a CSV file: [forms.csv]({url})",
+    },
+    "no_previous": {
+        ZH: "目前沒有可以處理的上一則回答。請直接告訴我您的問題。",
+        EN: "There is no previous answer for me to work on. Please ask your question directly.",
+    },
+    "cannot_translate": {
+        ZH: "抱歉，中英文之間的翻譯需要語言模型，而本服務目前未啟用語言模型，無法翻譯。以下是原來的回答：",
+        EN: "Sorry, translating between Chinese and English needs a language model, which this service does not "
+        "have enabled right now. Here is the previous answer unchanged:",
+    },
+}
+
+
+def text(key: str, language: str, **values: str | int) -> str:
+    template = _TEXTS[key][reply_language(language)]
+    return template.format(**values) if values else template
+
+
+# Both spellings of the label that opens an answer's sources block, for reading answers back from history.
+SOURCE_LABELS = (_TEXTS["sources"][ZH], _TEXTS["sources"][EN])

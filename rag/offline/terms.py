@@ -1,0 +1,124 @@
+"""Key terms of a question and lexical overlap with a passage, for query variants, relevance and extraction.
+
+Chinese questions are wrapped in function words (請問、如何、怎麼、嗎) that every passage shares, so they are cut
+out before comparing; what is left is matched as character bigrams, the unit our lexical index uses too.
+English words are compared by their first five letters, a crude stem that makes reset/resetting,
+account/accounts and enrol/enrolment meet without a stemmer dependency.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rag.text.tokenize import EN_STOPWORDS, normalize, tokenize
+
+_CJK_RUN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_LATIN_WORD_RE = re.compile(r"[a-z0-9]+(?:[._'-][a-z0-9]+)*")
+_STEM_LEN = 5
+
+# Question scaffolding, Traditional and Simplified. Longest first so 怎麼辦 goes before 怎麼. A lone 請 is left
+# alone: it is half of 申請 (apply), which matters here.
+_ZH_FUNCTION_WORDS = (
+    "可不可以 能不能 有沒有 有没有 為什麼 为什么 怎麼辦 怎么办 要怎麼 要怎么 該怎麼 该怎么 "
+    "請問 请问 如何 怎麼 怎么 怎樣 怎样 什麼 什么 哪裡 哪里 哪些 哪個 哪个 在哪 "
+    "是否 能否 可否 可以 需要 我要 我想 想要 應該 应该 一下 辦法 办法 您好 你好 "
+    "我 您 你 嗎 吗 呢 吧 啊 呀 喔 哦"
+).split()
+_ZH_FUNCTION_RE = re.compile(
+    "|".join(re.escape(w) for w in sorted(_ZH_FUNCTION_WORDS, key=len, reverse=True))
+    # 的 and 了 are particles except in 的確 / 了解, which we keep.
+    + "|的(?!確)|了(?!解)"
+)
+# Words that ask rather than say, on top of the tokenizer's stopwords.
+_EN_QUESTION_WORDS = EN_STOPWORDS | frozenset(
+    "please help get got need want know tell about any some there way ways possible would should could "
+    "have has had was were am been being into out up".split()
+)
+
+
+def stem(word: str) -> str:
+    return word[:_STEM_LEN]
+
+
+def strip_question_words(text: str) -> str:
+    """The question without Chinese question scaffolding and punctuation ("如何重設密碼？" -> "重設密碼")."""
+    text = _ZH_FUNCTION_RE.sub(" ", normalize(text))
+    return " ".join(_CJK_RUN_RE.findall(text) + [w for w in _LATIN_WORD_RE.findall(text)]) if text else ""
+
+
+def content_phrases(text: str) -> list[str]:
+    """Content-bearing pieces in order, without repeats: Chinese runs between function words, English words
+    that are not stopwords ("How do I reset my password?" -> ["reset", "password"])."""
+    text = _ZH_FUNCTION_RE.sub(" ", normalize(text))
+    seen: dict[str, None] = {}
+    for match in re.finditer(rf"{_CJK_RUN_RE.pattern}|{_LATIN_WORD_RE.pattern}", text):
+        piece = match.group()
+        if piece not in _EN_QUESTION_WORDS:
+            seen.setdefault(piece, None)
+    return list(seen)
+
+
+def phrase_terms(phrases: Iterable[str]) -> set[str]:
+    """Comparable terms of content phrases: bigrams of Chinese runs (a lone character as itself), stems."""
+    terms: set[str] = set()
+    for phrase in phrases:
+        if _CJK_RUN_RE.fullmatch(phrase):
+            if len(phrase) == 1:
+                terms.add(phrase)
+            else:
+                terms.update(phrase[i : i + 2] for i in range(len(phrase) - 1))
+        else:
+            terms.add(stem(phrase))
+    return terms
+
+
+def query_terms(text: str) -> set[str]:
+    return phrase_terms(content_phrases(text))
+
+
+def text_terms(text: str) -> set[str]:
+    """Every comparable term of a passage: Chinese unigrams and bigrams, stemmed words."""
+    # The tokenizer's Latin tokens are [a-z0-9] only, so "is ASCII" tells them from CJK ones, and cheaply.
+    return {token[:_STEM_LEN] if token.isascii() else token for token in tokenize(text)}
+
+
+def overlap(terms: set[str], passage_terms: set[str]) -> float:
+    """Share of `terms` found in the passage; 1.0 when there is nothing to look for."""
+    if not terms:
+        return 1.0
+    return len(terms & passage_terms) / len(terms)
+
+
+_MD_LIST_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)、])\s+")
+_MD_INLINE_RE = re.compile(r"\*\*|__|`")
+_BOLD_LABEL_RE = re.compile(r"^\*\*([^*]{1,60}?)[.。:：]?\*\*[.。:：]?\s*(?=\S)")
+_MD_LINK_RE = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+_TABLE_RULE_RE = re.compile(r"^\s*\|?\s*:?-{3,}")
+_SENTENCE_END_RE = re.compile(r"(?<=[。！？!?；])|(?<=[.])\s+(?=[A-Z0-9\"'(“])")
+
+
+def split_sentences(text: str, *, min_chars: int = 6) -> list[str]:
+    """Plain sentences of a Markdown passage, in order; headings, table rules and fragments are dropped."""
+    sentences: list[str] = []
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line or line.startswith("#") or line.startswith("---") or _TABLE_RULE_RE.match(line):
+            continue
+        if line.startswith("|"):
+            line = "；".join(cell.strip() for cell in line.strip("|").split("|") if cell.strip())
+        line = _MD_LIST_RE.sub("", line)
+        # "**Reset your password.** Select Forgot password..." is a label and its sentence: keep them together.
+        line = _BOLD_LABEL_RE.sub(_label_colon, line)
+        line = _MD_LINK_RE.sub(r"\1 (\2)", line)
+        line = _MD_INLINE_RE.sub("", line).strip()
+        for piece in _SENTENCE_END_RE.split(line):
+            piece = piece.strip()
+            if len(piece) >= min_chars:
+                sentences.append(piece)
+    return sentences
+
+
+def _label_colon(match: re.Match[str]) -> str:
+    label = match.group(1)
+    return f"{label}：" if _CJK_RUN_RE.search(label) else f"{label}: "

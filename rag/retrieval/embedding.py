@@ -1,0 +1,155 @@
+"""Dense embeddings: the protocol the store and retriever use, and an offline lexical embedder.
+
+`LexicalEmbedder` needs no weights and no network, so a fresh checkout indexes and answers at once: text becomes a
+signed, hashed bag of character n-grams (CJK) and words plus character trigrams (Latin), sublinear TF, L2-normalised.
+It is a weak "dense" signal (no synonyms), kept so the whole dense path is exercised until a real model is
+configured. Hashing is fixed arithmetic (crc32 for Latin features, a splitmix64 mix of packed code points for CJK
+n-grams, vectorised with numpy), never `hash()`, whose per-process seed would change every vector on restart.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from rag.text.tokenize import normalize
+
+_LATIN_RE = re.compile(r"[a-z0-9]+(?:[._'-][a-z0-9]+)*")
+# the same ranges as rag.text.tokenize: CJK ideographs (+ ext. A, compatibility), kana, hangul
+_CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x3040, 0x30FF), (0xAC00, 0xD7AF))
+_NGRAM_SALT = 0x9E3779B97F4A7C15  # xor-ed with n, keeps a 1-gram and a 2-gram with equal packed codes apart
+_U64 = np.uint64
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fixed bijection on uint64 that spreads packed code points over all bits."""
+    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Sync and CPU- or network-bound: async callers run it in a thread (`asyncio.to_thread`)."""
+
+    @property
+    def name(self) -> str:
+        """Identifies the vector space; stored with an index so a query never uses another space."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+class LexicalEmbedder:
+    """Hashed n-gram vectors. Deterministic across processes and machines for the same parameters."""
+
+    def __init__(
+        self,
+        dim: int = 1024,
+        *,
+        cjk_ngrams: tuple[int, ...] = (1, 2, 3),
+        cjk_weights: tuple[float, ...] = (0.5, 1.0, 1.0),
+        word_weight: float = 1.0,
+        trigram_weight: float = 0.5,
+    ) -> None:
+        if dim < 8:
+            raise ValueError("dim must be >= 8")
+        if len(cjk_weights) != len(cjk_ngrams) or not all(1 <= n <= 3 for n in cjk_ngrams):
+            raise ValueError("one weight per CJK n-gram size, sizes 1 to 3")
+        self._dim = dim
+        self._ngrams = tuple(zip(cjk_ngrams, cjk_weights, strict=True))
+        self._word_weight = word_weight
+        self._trigram_weight = trigram_weight
+        # Latin feature -> (bucket, signed weight); bounded so a long-running server does not grow without end
+        self._slots: dict[str, tuple[int, float]] = {}
+
+    @property
+    def name(self) -> str:
+        grams = ",".join(f"{n}:{w:g}" for n, w in self._ngrams)
+        return f"lexical-v2-d{self._dim}-cjk{grams}-w{self._word_weight:g}-t{self._trigram_weight:g}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _latin_slot(self, feature: str) -> tuple[int, float]:
+        slot = self._slots.get(feature)
+        if slot is None:
+            digest = zlib.crc32(feature.encode("utf-8"))
+            weight = self._word_weight if feature[0] == "w" else self._trigram_weight
+            # the top bit picks the sign, so collisions cancel out on average instead of piling up
+            sign = -1.0 if digest & 0x80000000 else 1.0
+            slot = (digest % self._dim, sign * weight)
+            if len(self._slots) > 500_000:
+                self._slots.clear()
+            self._slots[feature] = slot
+        return slot
+
+    def _add_cjk(self, vector: np.ndarray, text: str) -> None:
+        """CJK n-grams, vectorised: an n-gram is its code points (21 bits each) packed into one integer, mixed."""
+        points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        cjk = np.zeros(len(points), dtype=bool)
+        for low, high in _CJK_RANGES:
+            cjk |= (points >= low) & (points <= high)
+        for n, weight in self._ngrams:
+            width = len(points) - n + 1
+            if width <= 0:
+                continue
+            valid = cjk[:width].copy()
+            key = points[:width].copy()
+            for offset in range(1, n):
+                valid &= cjk[offset : width + offset]
+                key = (key << _U64(21)) | points[offset : width + offset]
+            if not valid.any():
+                continue
+            keys, counts = np.unique(key[valid], return_counts=True)
+            mixed = _mix(keys ^ _U64(_NGRAM_SALT ^ n))
+            buckets = (mixed % _U64(self._dim)).astype(np.int64)
+            signs = np.where((mixed >> _U64(63)) == 1, -1.0, 1.0)
+            np.add.at(vector, buckets, (signs * weight * (1.0 + np.log(counts))).astype(np.float32))
+
+    def _add_latin(self, vector: np.ndarray, text: str) -> None:
+        counts: Counter[str] = Counter()
+        for match in _LATIN_RE.finditer(text):
+            word = match.group()
+            counts[f"w:{word}"] += 1
+            if self._trigram_weight and not word.isdigit() and len(word) > 3:
+                # trigrams of "<word>" let "enrol" and "enrolment" share most of their features
+                padded = f"<{word}>"
+                for i in range(len(padded) - 2):
+                    counts[f"t:{padded[i : i + 3]}"] += 1
+        for feature, count in counts.items():
+            bucket, weight = self._latin_slot(feature)
+            vector[bucket] += weight * (1.0 + math.log(count))
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 matrix (len(texts), dim), rows L2-normalised (an empty text gives a zero row)."""
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        # uint64 multiplication wraps by design in the mix
+        with np.errstate(over="ignore"):
+            for row, text in enumerate(texts):
+                normalized = normalize(text)
+                vector = out[row]
+                self._add_cjk(vector, normalized)
+                self._add_latin(vector, normalized)
+                norm = float(np.linalg.norm(vector))
+                if norm > 0:
+                    vector /= norm
+        return out
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.encode(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.encode([text])[0].tolist()

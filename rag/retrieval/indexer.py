@@ -1,0 +1,615 @@
+"""Index builds: documents -> chunks -> dense + BM25 vectors -> a new collection -> alias switch.
+
+A build never touches the live collection: it writes `<alias>__<version>` and publishes it with one alias
+operation at the end, so searches during a build see the previous index whole. A failed or cancelled build is
+dropped. Every chunk keeps its document's `content_hash` and source in the payload, so the live build itself
+says which documents a later reindex can reuse. BM25's avgdl (per language) is kept in the collection's metadata.
+
+`build_index` embeds everything. `reindex` builds incrementally: documents whose content is unchanged have their
+points copied with their vectors from the live build (no embedding), changed and new ones are chunked and
+embedded, documents left out are gone from the new build; points can also be re-embedded from their stored text
+(a full rebuild of documents whose source is not at hand). `describe_points` adds backfilled descriptions to
+live points as extra searchable text.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import models
+
+from rag.retrieval.chunking import Chunk, ChunkingConfig, _same_words, chunk_document
+from rag.retrieval.embedding import Embedder
+from rag.retrieval.markdown import Document
+from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder, SparseVector
+from rag.retrieval.store import DENSE, SPARSE, Engine, StorePoint, VectorStore
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+# point ids are UUIDs derived from chunk ids: rebuilding the same corpus gives the same ids
+_POINT_NAMESPACE = uuid.UUID("6f1d3c55-6a0e-4a53-9f3e-2b8f0c9a4d71")
+_HEADING_SEPARATOR = ChunkingConfig().heading_separator
+_SCROLL_BATCH = 512
+
+Progress = Callable[[int, int], None]
+
+
+class IndexCancelled(Exception):
+    """The build was stopped on request before its switch; it was dropped and the live index is untouched."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexReport:
+    documents: int
+    chunks: int
+    seconds: float
+    collection: str
+    replaced: str | None
+    avgdl: float
+
+
+def point_id(chunk_id: str) -> str:
+    return str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))
+
+
+def chunk_context(chunk: Chunk) -> str:
+    # chunk_document builds embed_text as "<title > headings>\n<text>"; titles and headings are single lines
+    return chunk.embed_text.split("\n", 1)[0]
+
+
+def chunk_payload(chunk: Chunk, *, source: str = "") -> dict[str, Any]:
+    return {
+        "chunk_id": chunk.chunk_id,
+        "doc_id": chunk.doc_id,
+        "ordinal": chunk.ordinal,
+        "title": chunk.title,
+        "url": chunk.url,
+        "heading": chunk.heading,
+        "text": chunk.text,
+        "context": chunk_context(chunk),
+        "language": chunk.language,
+        "kind": chunk.kind,
+        "form_id": chunk.form_id,
+        "form_file": chunk.form_file,
+        "tags": list(chunk.tags),
+        "content_hash": chunk.content_hash,
+        "source": source,
+    }
+
+
+ChunkingChoice = ChunkingConfig | Callable[[Document], ChunkingConfig] | None
+
+
+def chunk_documents(documents: Sequence[Document], config: ChunkingChoice = None) -> list[Chunk]:
+    """Chunks of every document; `config` may be one config or a function choosing one per document (a SQuAD
+    paragraph is chunked differently from an article)."""
+    if config is None or isinstance(config, ChunkingConfig):
+        fixed = config or ChunkingConfig()
+        return [chunk for document in documents for chunk in chunk_document(document, fixed)]
+    return [chunk for document in documents for chunk in chunk_document(document, config(document))]
+
+
+def open_store(
+    alias: str,
+    *,
+    path: Path | str | None = None,
+    url: str = "",
+    api_key: str = "",
+    engine: Engine = "auto",
+) -> VectorStore:
+    """The store named by settings-like values (a server when `url`, else local mode in `path`)."""
+    return VectorStore.open(alias, path=path, url=url, api_key=api_key, engine=engine)
+
+
+def _bm25_metadata(encoder: BM25Encoder, avgdl: float, avgdl_by_language: Mapping[str, float]) -> dict[str, Any]:
+    return {
+        "k1": encoder.params.k1,
+        "b": encoder.params.b,
+        "avgdl": avgdl,
+        "avgdl_by_language": dict(avgdl_by_language),
+        "tokenizer": TOKENIZER_NAME,
+    }
+
+
+def _average_by_language(
+    encoder: BM25Encoder, languages: Sequence[str], counts: Sequence[Counter[int]]
+) -> dict[str, float]:
+    # length normalisation per language: a CJK chunk has about twice as many tokens (unigrams + bigrams) as an
+    # English one of the same size, and one shared avgdl would make a number or a product name score twice as
+    # high in English chunks as in Chinese ones
+    by_language: dict[str, list[Counter[int]]] = {}
+    for language, term_counts in zip(languages, counts, strict=True):
+        by_language.setdefault(language, []).append(term_counts)
+    return {language: encoder.average_length(group) for language, group in by_language.items()}
+
+
+def build_index(
+    documents: Sequence[Document],
+    store: VectorStore,
+    embedder: Embedder,
+    *,
+    config: ChunkingConfig | None = None,
+    encoder: BM25Encoder | None = None,
+    batch_size: int = 256,
+    progress: Progress | None = None,
+) -> IndexReport:
+    """Write every document into a new build and make it live. `progress(done, total)` is called per batch."""
+    started = time.perf_counter()
+    if not documents:
+        # an empty build would replace a good index with nothing: almost always a wrong path
+        raise ValueError("no documents to index")
+    encoder = encoder or BM25Encoder()
+    chunks = chunk_documents(documents, config)
+    sources = {document.doc_id: document.source_path for document in documents}
+    counts = [encoder.term_counts(chunk.embed_text) for chunk in chunks]
+    avgdl = encoder.average_length(counts)
+    avgdl_by_language = _average_by_language(encoder, [chunk.language for chunk in chunks], counts)
+    metadata = {
+        "schema": SCHEMA_VERSION,
+        "embedder": embedder.name,
+        "dim": embedder.dim,
+        "bm25": _bm25_metadata(encoder, avgdl, avgdl_by_language),
+        "documents": len(documents),
+        "chunks": len(chunks),
+        "built_at": datetime.now(UTC).isoformat(),
+    }
+    collection = store.create_build(dim=embedder.dim, metadata=metadata)
+    try:
+        for start in range(0, len(chunks), batch_size):
+            batch = chunks[start : start + batch_size]
+            dense = embedder.embed_documents([chunk.embed_text for chunk in batch])
+            points = [
+                StorePoint(
+                    point_id=point_id(chunk.chunk_id),
+                    dense=vector,
+                    sparse=encoder.document_vector(term_counts, avgdl_by_language[chunk.language]),
+                    payload=chunk_payload(chunk, source=sources.get(chunk.doc_id, "")),
+                )
+                for chunk, vector, term_counts in zip(batch, dense, counts[start : start + batch_size], strict=True)
+            ]
+            store.upsert(collection, points)
+            if progress is not None:
+                progress(min(start + batch_size, len(chunks)), len(chunks))
+        replaced = store.activate(collection)
+    except BaseException:
+        logger.exception("index build %s failed; dropping it", collection)
+        _drop_quietly(store, collection)
+        raise
+    seconds = time.perf_counter() - started
+    logger.info(
+        "indexed %d documents into %d chunks in %.2fs as %s (replaced %s)",
+        len(documents),
+        len(chunks),
+        seconds,
+        collection,
+        replaced,
+    )
+    return IndexReport(len(documents), len(chunks), seconds, collection, replaced, avgdl)
+
+
+def _drop_quietly(store: VectorStore, collection: str) -> None:
+    try:
+        store.drop(collection)
+    except Exception:
+        logger.exception("could not drop the unpublished build %s", collection)
+
+
+# --- what the live build holds ----------------------------------------------------------------------------------
+
+
+def _scroll(store: VectorStore, collection: str, *, with_payload: Any, with_vectors: bool) -> Iterator[Any]:
+    offset: Any = None
+    while True:
+        batch, offset = store.client.scroll(
+            collection, limit=_SCROLL_BATCH, offset=offset, with_payload=with_payload, with_vectors=with_vectors
+        )
+        yield from batch
+        if offset is None:
+            return
+
+
+@dataclass(frozen=True, slots=True)
+class LiveDocument:
+    doc_id: str
+    content_hash: str
+    source: str  # "" for builds made before sources were stored
+    chunks: int
+
+
+def live_documents(store: VectorStore) -> dict[str, LiveDocument]:
+    """The documents of the live build (from its payloads), by doc_id; {} when there is none."""
+    live = store.live_collection()
+    if live is None:
+        return {}
+    found: dict[str, LiveDocument] = {}
+    for record in _scroll(store, live, with_payload=["doc_id", "content_hash", "source"], with_vectors=False):
+        payload = record.payload or {}
+        doc_id = str(payload.get("doc_id", ""))
+        seen = found.get(doc_id)
+        found[doc_id] = LiveDocument(
+            doc_id=doc_id,
+            content_hash=str(payload.get("content_hash", "")),
+            source=str(payload.get("source", "") or ""),
+            chunks=(seen.chunks if seen else 0) + 1,
+        )
+    return found
+
+
+def build_compatible(metadata: Mapping[str, Any], embedder: Embedder, encoder: BM25Encoder) -> bool:
+    """Whether points of a build with this metadata can be copied into a build made with `embedder`/`encoder`:
+    the same vector space and the same BM25 tokens and parameters."""
+    bm25 = metadata.get("bm25") or {}
+    return (
+        metadata.get("schema") == SCHEMA_VERSION
+        and metadata.get("embedder") == embedder.name
+        and metadata.get("dim") == embedder.dim
+        and bm25.get("tokenizer") == TOKENIZER_NAME
+        and bm25.get("k1") == encoder.params.k1
+        and bm25.get("b") == encoder.params.b
+    )
+
+
+def stored_context(payload: Mapping[str, Any]) -> str:
+    """The title/heading context a point was embedded with."""
+    context = payload.get("context")
+    if isinstance(context, str) and context:
+        return context
+    # builds made before the context was stored: rebuild it the way chunk_document does
+    title = str(payload.get("title", ""))
+    heading = str(payload.get("heading", ""))
+    parts = heading.split(_HEADING_SEPARATOR) if heading else []
+    if not parts or not _same_words(parts[0], title):
+        parts.insert(0, title)
+    return _HEADING_SEPARATOR.join(parts)
+
+
+def with_descriptions(text: str, description_zh: str, description_en: str) -> str:
+    """What is embedded for a described chunk: its text, then its descriptions (so a question in either
+    language finds it)."""
+    extra = [d.strip() for d in (description_zh, description_en) if d and d.strip()]
+    return "\n".join([text, *extra])
+
+
+def stored_embed_text(payload: Mapping[str, Any]) -> str:
+    """The text a point is (re-)embedded from: context, chunk text and any backfilled descriptions."""
+    return with_descriptions(
+        f"{stored_context(payload)}\n{payload.get('text', '')}",
+        str(payload.get("description_zh", "") or ""),
+        str(payload.get("description_en", "") or ""),
+    )
+
+
+def _store_point(record: Any) -> StorePoint:
+    vectors = record.vector if isinstance(record.vector, dict) else {}
+    dense = vectors.get(DENSE)
+    sparse = vectors.get(SPARSE)
+    return StorePoint(
+        point_id=str(record.id),
+        dense=dense if isinstance(dense, list) else [],
+        sparse=SparseVector(list(sparse.indices), list(sparse.values))
+        if isinstance(sparse, models.SparseVector)
+        else SparseVector([], []),
+        payload=dict(record.payload or {}),
+    )
+
+
+# --- incremental builds -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedChunk:
+    """One chunk of the new build, for the bookkeeping rows."""
+
+    chunk_id: str
+    doc_id: str
+    ordinal: int
+    point_id: str
+    heading: str
+    text: str
+    description_zh: str = ""
+    description_en: str = ""
+    described_at: str = ""  # ISO time; "" while the chunk has no descriptions
+
+
+def _indexed_chunk(point: str, payload: Mapping[str, Any]) -> IndexedChunk:
+    return IndexedChunk(
+        chunk_id=str(payload.get("chunk_id", point)),
+        doc_id=str(payload.get("doc_id", "")),
+        ordinal=int(payload.get("ordinal", 0) or 0),
+        point_id=point,
+        heading=str(payload.get("heading", "")),
+        text=str(payload.get("text", "")),
+        description_zh=str(payload.get("description_zh", "") or ""),
+        description_en=str(payload.get("description_en", "") or ""),
+        described_at=str(payload.get("described_at", "") or ""),
+    )
+
+
+_DOCUMENT_FIELDS = ("title", "url", "language", "tags", "kind", "form_id", "form_file", "content_hash", "source")
+
+
+def _document_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: payload.get(key) for key in _DOCUMENT_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexReport:
+    collection: str
+    replaced: str | None
+    documents: int
+    chunks: int
+    embedded: int  # chunks of the given documents, chunked and embedded
+    reencoded: int  # points embedded again from their stored text
+    copied: int  # points copied with their vectors
+    seconds: float
+    chunks_by_doc: dict[str, list[IndexedChunk]] = field(default_factory=dict)
+    # document-level payload fields (title, url, language, tags, kind, form_id, form_file, content_hash, source)
+    document_fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def reindex(
+    store: VectorStore,
+    embedder: Embedder,
+    *,
+    embed: Sequence[Document],
+    copy: Collection[str] = (),
+    reencode: Collection[str] = (),
+    config: ChunkingChoice = None,
+    encoder: BM25Encoder | None = None,
+    batch_size: int = 128,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    confirm_switch: Callable[[], bool] | None = None,
+) -> ReindexReport:
+    """Build a new index from the live one and switch to it.
+
+    The new build holds the chunks of the `embed` documents (chunked and embedded), the live points of the
+    `copy` documents (with their vectors, no embedding), and the live points of the `reencode` documents
+    embedded again from their stored text. Every other live document is left out, i.e. deleted. Copying needs
+    a live build in the same vector space (`build_compatible`).
+
+    `should_stop()` is asked between batches (it may answer from a cache); `confirm_switch()` right before the
+    switch (it should look, not guess). On a stop, or a switch not confirmed, the build is dropped and
+    `IndexCancelled` raised. Any failure drops the build too: the live index is switched only when the new
+    build is complete. Blocking; call it from a thread.
+    """
+    started = time.perf_counter()
+    encoder = encoder or BM25Encoder()
+    copy_ids, reencode_ids = frozenset(copy), frozenset(reencode)
+    embed_ids = {document.doc_id for document in embed}
+    if len(embed_ids) != len(embed):
+        raise ValueError("a doc_id appears twice among the documents to embed")
+    if copy_ids & reencode_ids or embed_ids & (copy_ids | reencode_ids):
+        raise ValueError("each document is either embedded, copied or re-encoded")
+    live = store.live_collection()
+    live_metadata = store.metadata() if live is not None else {}
+    if copy_ids and not build_compatible(live_metadata, embedder, encoder):
+        raise ValueError("points can only be copied from a live build made in the same vector space")
+    chunks = chunk_documents(embed, config)
+    sources = {document.doc_id: document.source_path for document in embed}
+
+    # One pass over the live payloads: the points to re-encode, the copied documents' chunks (for the
+    # bookkeeping), and descriptions of unchanged chunks of re-embedded documents, which are carried over.
+    stored: list[tuple[str, dict[str, Any]]] = []
+    chunks_by_doc: dict[str, list[IndexedChunk]] = {}
+    document_fields: dict[str, dict[str, Any]] = {}
+    described: dict[str, dict[str, Any]] = {}
+    new_chunk_ids = {chunk.chunk_id for chunk in chunks}
+    if live is not None and (copy_ids or reencode_ids or new_chunk_ids):
+        for record in _scroll(store, live, with_payload=True, with_vectors=False):
+            payload = dict(record.payload or {})
+            doc_id = str(payload.get("doc_id", ""))
+            if doc_id in reencode_ids:
+                stored.append((str(record.id), payload))
+            elif doc_id in copy_ids:
+                chunks_by_doc.setdefault(doc_id, []).append(_indexed_chunk(str(record.id), payload))
+                document_fields.setdefault(doc_id, _document_fields(payload))
+            elif payload.get("chunk_id") in new_chunk_ids and payload.get("described_at"):
+                described[str(payload["chunk_id"])] = payload
+    copied_points = sum(len(found) for found in chunks_by_doc.values())
+
+    new_payloads: list[dict[str, Any]] = []
+    new_texts: list[str] = []
+    for chunk in chunks:
+        payload = chunk_payload(chunk, source=sources.get(chunk.doc_id, ""))
+        previous = described.get(chunk.chunk_id)
+        if (
+            previous is not None
+            and previous.get("text") == chunk.text
+            and previous.get("content_hash") == (chunk.content_hash)
+        ):
+            for key in ("description_zh", "description_en", "described_at"):
+                payload[key] = previous.get(key, "")
+        new_payloads.append(payload)
+        new_texts.append(stored_embed_text(payload))
+    # re-encoded points first, then new chunks: the order they are written in below
+    work = [
+        *((point, payload, stored_embed_text(payload)) for point, payload in stored),
+        *(
+            (point_id(str(payload["chunk_id"])), payload, text)
+            for payload, text in zip(new_payloads, new_texts, strict=True)
+        ),
+    ]
+    counts = [encoder.term_counts(text) for _, _, text in work]
+    fresh_avgdl = _average_by_language(encoder, [str(p.get("language", "")) for _, p, _ in work], counts)
+    if copy_ids:
+        # copied points keep their sparse vectors, so new ones must use the same lengths to be comparable
+        old_bm25 = live_metadata.get("bm25") or {}
+        avgdl_by_language = {**fresh_avgdl, **(old_bm25.get("avgdl_by_language") or {})}
+        avgdl = float(old_bm25.get("avgdl") or encoder.average_length(counts))
+    else:
+        avgdl_by_language = fresh_avgdl
+        avgdl = encoder.average_length(counts)
+    total = copied_points + len(stored) + len(chunks)
+    documents = len(set(chunks_by_doc) | {str(payload.get("doc_id")) for _, payload, _ in work})
+    metadata = {
+        "schema": SCHEMA_VERSION,
+        "embedder": embedder.name,
+        "dim": embedder.dim,
+        "bm25": _bm25_metadata(encoder, avgdl, avgdl_by_language),
+        "documents": documents,
+        "chunks": total,
+        "built_at": datetime.now(UTC).isoformat(),
+    }
+    if total == 0:
+        raise ValueError("nothing to index: the new index would be empty")
+
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, total)
+        if should_stop is not None and should_stop():
+            raise IndexCancelled("the build was cancelled")
+
+    collection = store.create_build(dim=embedder.dim, metadata=metadata)
+    try:
+        advance(0)
+        if copy_ids and live is not None:
+            batch: list[StorePoint] = []
+            for record in _scroll(store, live, with_payload=True, with_vectors=True):
+                if (record.payload or {}).get("doc_id") in copy_ids:
+                    batch.append(_store_point(record))
+                if len(batch) >= batch_size:
+                    store.upsert(collection, batch)
+                    advance(len(batch))
+                    batch = []
+            store.upsert(collection, batch)
+            advance(len(batch))
+        for start in range(0, len(work), batch_size):
+            items = work[start : start + batch_size]
+            dense = embedder.embed_documents([text for _, _, text in items])
+            points = [
+                StorePoint(
+                    point_id=point,
+                    dense=vector,
+                    sparse=encoder.document_vector(
+                        term_counts, avgdl_by_language.get(str(payload.get("language", "")), avgdl)
+                    ),
+                    payload=payload,
+                )
+                for (point, payload, _), vector, term_counts in zip(
+                    items, dense, counts[start : start + batch_size], strict=True
+                )
+            ]
+            store.upsert(collection, points)
+            advance(len(points))
+        if (should_stop is not None and should_stop()) or (confirm_switch is not None and not confirm_switch()):
+            raise IndexCancelled("the build was cancelled")
+        replaced = store.activate(collection)
+    except BaseException as exc:
+        if isinstance(exc, IndexCancelled):
+            logger.info("index build %s cancelled; dropping it", collection)
+        else:
+            logger.exception("index build %s failed; dropping it", collection)
+        _drop_quietly(store, collection)
+        raise
+    for point, payload, _ in work:
+        chunks_by_doc.setdefault(str(payload.get("doc_id")), []).append(_indexed_chunk(point, payload))
+        document_fields.setdefault(str(payload.get("doc_id")), _document_fields(payload))
+    for found in chunks_by_doc.values():
+        found.sort(key=lambda chunk: chunk.ordinal)
+    seconds = time.perf_counter() - started
+    logger.info(
+        "reindexed into %s: %d documents, %d chunks (%d embedded, %d re-encoded, %d copied) in %.2fs, replaced %s",
+        collection,
+        documents,
+        total,
+        len(chunks),
+        len(stored),
+        copied_points,
+        seconds,
+        replaced,
+    )
+    return ReindexReport(
+        collection=collection,
+        replaced=replaced,
+        documents=documents,
+        chunks=total,
+        embedded=len(chunks),
+        reencoded=len(stored),
+        copied=copied_points,
+        seconds=seconds,
+        chunks_by_doc=chunks_by_doc,
+        document_fields=document_fields,
+    )
+
+
+# --- descriptions -------------------------------------------------------------------------------------------------
+
+
+def live_payloads(store: VectorStore, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Payloads of live points by point id (missing ids are left out)."""
+    live = store.live_collection()
+    if live is None or not point_ids:
+        return {}
+    records = store.client.retrieve(live, ids=list(point_ids), with_payload=True, with_vectors=False)
+    return {str(record.id): dict(record.payload or {}) for record in records}
+
+
+def describe_points(
+    store: VectorStore,
+    embedder: Embedder,
+    descriptions: Mapping[str, tuple[str, str]],
+    *,
+    described_at: str,
+    encoder: BM25Encoder | None = None,
+) -> list[str]:
+    """Store (zh-hant, en) descriptions on live points and embed the points again with them appended.
+
+    Writes into the live build in place (a description only adds text, so a search may see a point before or
+    after, both whole). Returns the point ids that are not in the live build. In local mode the store's
+    in-memory copy is refreshed by `refresh_live`, which callers batch.
+    """
+    encoder = encoder or BM25Encoder()
+    live = store.live_collection()
+    if live is None:
+        return list(descriptions)
+    metadata = store.metadata()
+    if not build_compatible(metadata, embedder, encoder):
+        raise ValueError("the live index was built with another embedder; run a full reindex first")
+    bm25 = metadata.get("bm25") or {}
+    by_language: Mapping[str, float] = bm25.get("avgdl_by_language") or {}
+    fallback = float(bm25.get("avgdl") or 0.0)
+    payloads = live_payloads(store, list(descriptions))
+    missing = [point for point in descriptions if point not in payloads]
+    if not payloads:
+        return missing
+    texts: list[str] = []
+    for point, payload in payloads.items():
+        zh, en = descriptions[point]
+        payload.update(description_zh=zh, description_en=en, described_at=described_at)
+        texts.append(stored_embed_text(payload))
+    dense = embedder.embed_documents(texts)
+    points = [
+        StorePoint(
+            point_id=point,
+            dense=vector,
+            sparse=encoder.document_vector(
+                encoder.term_counts(text), float(by_language.get(str(payload.get("language", "")), fallback))
+            ),
+            payload=payload,
+        )
+        for (point, payload), vector, text in zip(payloads.items(), dense, texts, strict=True)
+    ]
+    store.upsert(live, points)
+    return missing
+
+
+def refresh_live(store: VectorStore) -> None:
+    """Make searches see in-place writes to the live build: local mode answers from an in-memory copy, which
+    is reloaded by pointing the alias at the same build again (one alias operation, nothing deleted)."""
+    live = store.live_collection()
+    if store.use_memory and live is not None:
+        store.activate(live)

@@ -1,0 +1,177 @@
+"""HTML pages as Markdown-style text: headings stay headings (the chunker splits on them), the rest is text.
+
+Only what a reader of the page sees is kept. `<script>`, `<style>` and other non-text elements are dropped with
+everything inside them, and so are elements the page hides (`hidden`, `aria-hidden="true"`, inline
+`display:none`): text nobody sees is exactly where an injected instruction for the LLM would hide. When the page
+marks its main content (`<main>` or `role="main"`), navigation and footers around it are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+from rag.retrieval.loaders.base import SkipFile, content_hash, decode_text, join_cjk_gaps, resolve_language
+from rag.retrieval.markdown import Document, LoadError
+
+# elements whose content is never page text
+_DROPPED = frozenset(
+    {"script", "style", "noscript", "template", "svg", "math", "iframe", "object", "canvas", "select", "button"}
+    | {"nav"}  # site menus: the same links on every page would match every question about them
+)
+_VOID = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+)
+_BLOCK = frozenset(
+    {
+        "address", "article", "aside", "blockquote", "body", "caption", "dd", "details", "div", "dl", "dt",
+        "fieldset", "figcaption", "figure", "footer", "form", "header", "hr", "html", "main", "ol", "p", "pre",
+        "section", "summary", "table", "tbody", "thead", "tfoot", "ul",
+    }
+)  # fmt: skip
+_LINE = frozenset({"br", "tr", "li", "option"})
+_CELL = frozenset({"td", "th"})
+_HEADING_RE = re.compile(r"^h([1-6])$")
+_SPACE_RE = re.compile(r"\s+")
+_HIDDEN_STYLE_RE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
+_META_CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+_CJK_CHAR = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+# a line break in the source between two CJK characters is wrapping, not a space (CSS Text 3 does the same)
+_CJK_WRAP_RE = re.compile(rf"(?<=[{_CJK_CHAR}])[ \t]*[\r\n]+[ \t]*(?=[{_CJK_CHAR}])")
+_BLANK_LINES_RE = re.compile(r"\n{3,}")
+
+
+class _PageText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.title = ""
+        self.first_h1 = ""
+        self._all: list[str] = []  # the whole page's text pieces
+        self._main: list[str] = []  # the pieces inside <main>, when the page has one
+        self._dropping: list[list[str | int]] = []  # [tag, nesting depth] of dropped elements still open
+        self._main_depth = 0
+        self._pre_depth = 0
+        self._in_title = False
+        self._heading: tuple[int, list[str]] | None = None
+
+    # -- helpers
+
+    def _emit(self, piece: str) -> None:
+        self._all.append(piece)
+        if self._main_depth:
+            self._main.append(piece)
+
+    def text(self) -> str:
+        pieces = self._main if "".join(self._main).strip() else self._all
+        lines = [line.strip() for line in "".join(pieces).split("\n")]
+        return _BLANK_LINES_RE.sub("\n\n", "\n".join(lines)).strip()
+
+    # -- parser callbacks
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._dropping:
+            top = self._dropping[-1]
+            if tag == top[0] and tag not in _VOID:
+                top[1] = int(top[1]) + 1
+            return
+        attributes = dict(attrs)
+        if tag in _DROPPED or _hidden(attributes):
+            if tag not in _VOID:
+                self._dropping.append([tag, 1])
+            return
+        if tag == "title":
+            self._in_title = not self.title
+        elif tag == "main" or attributes.get("role") == "main":
+            self._main_depth += 1
+        elif tag == "pre":
+            self._pre_depth += 1
+        heading = _HEADING_RE.match(tag)
+        if heading:
+            self._heading = (int(heading.group(1)), [])
+        elif tag == "li":
+            self._emit("\n- ")
+        elif tag in _LINE:
+            self._emit("\n")
+        elif tag in _CELL:
+            self._emit(" ")
+        elif tag in _BLOCK:
+            self._emit("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._dropping:
+            top = self._dropping[-1]
+            if tag == top[0]:
+                top[1] = int(top[1]) - 1
+                if top[1] <= 0:
+                    self._dropping.pop()
+            return
+        if tag == "title":
+            self._in_title = False
+        elif tag == "main" and self._main_depth:
+            self._main_depth -= 1
+        elif tag == "pre" and self._pre_depth:
+            self._pre_depth -= 1
+        heading = _HEADING_RE.match(tag)
+        if heading and self._heading is not None:
+            level, parts = self._heading
+            self._heading = None
+            words = _SPACE_RE.sub(" ", join_cjk_gaps("".join(parts))).strip()
+            if words:
+                if level == 1 and not self.first_h1:
+                    self.first_h1 = words
+                # a heading on its own line, as the chunker's Markdown heading parser expects
+                self._emit(f"\n\n{'#' * level} {words}\n\n")
+        elif tag in _BLOCK:
+            self._emit("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._dropping:
+            return
+        if self._in_title:
+            self.title = _SPACE_RE.sub(" ", f"{self.title} {data}").strip()
+            return
+        if self._heading is not None:
+            self._heading[1].append(data)
+            return
+        if self._pre_depth:
+            self._emit(data)
+            return
+        self._emit(_SPACE_RE.sub(" ", _CJK_WRAP_RE.sub("", data)))
+
+
+def _hidden(attributes: dict[str, str | None]) -> bool:
+    if "hidden" in attributes or (attributes.get("aria-hidden") or "").lower() == "true":
+        return True
+    return bool(_HIDDEN_STYLE_RE.search(attributes.get("style") or ""))
+
+
+def html_to_text(html: str) -> tuple[str, str]:
+    """(title, Markdown-style text) of an HTML page; the title is "" when the page has neither <title> nor <h1>."""
+    parser = _PageText()
+    parser.feed(html)
+    parser.close()
+    return parser.title or parser.first_h1, parser.text()
+
+
+def _meta_charset(data: bytes) -> str | None:
+    match = _META_CHARSET_RE.search(data[:4096])
+    return match.group(1).decode("ascii").lower() if match else None
+
+
+def load_html(path: Path, *, doc_id: str, language: str | None, errors: list[LoadError]) -> list[Document]:
+    data = path.read_bytes()
+    text, _ = decode_text(data, preferred=_meta_charset(data))
+    title, body = html_to_text(text)
+    if not body:
+        raise SkipFile("no visible text in the page")
+    return [
+        Document(
+            doc_id=doc_id,
+            title=title or path.stem,
+            text=body,
+            language=resolve_language(body, language),
+            content_hash=content_hash(data),
+            source_path=str(path),
+        )
+    ]

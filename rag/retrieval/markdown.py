@@ -1,0 +1,206 @@
+"""Help-centre Markdown documents: front matter, validation and loading from folders.
+
+The front matter is the flat subset staff actually write (``key: value``, ``tags: [a, b]``, quotes optional), so a
+small parser is enough and keeps PyYAML's surprises out (``no`` becoming False, ``1.10`` becoming 1.1). Loading
+collects a `LoadError` per bad file instead of raising: one typo must not keep the other documents out of the index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LANGUAGES = frozenset({"zh-hant", "zh-hans", "en"})
+KINDS = frozenset({"article", "form"})
+KNOWN_KEYS = frozenset({"title", "url", "language", "tags", "kind", "form_id", "form_file"})
+
+_KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)$")
+_FENCE = "---"
+
+
+class FrontMatterError(ValueError):
+    """The front matter is missing or malformed; the message says which line and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadError:
+    path: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    doc_id: str  # the path relative to the corpus root, without ".md", with "/" separators: stable across runs
+    title: str
+    text: str  # the Markdown body, front matter removed
+    language: str
+    url: str = ""
+    tags: tuple[str, ...] = ()
+    kind: str = "article"
+    form_id: str = ""
+    form_file: str = ""
+    content_hash: str = ""  # sha256 of the raw file: lets a later reindex skip unchanged documents
+    source_path: str = field(default="", compare=False)
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+def _parse_value(raw: str, lineno: int) -> str | tuple[str, ...]:
+    value = raw.strip()
+    if value.startswith("["):
+        if not value.endswith("]"):
+            raise FrontMatterError(f"line {lineno}: list value must end with ']'")
+        inner = value[1:-1].strip()
+        if not inner:
+            return ()
+        items = tuple(_unquote(item.strip()) for item in inner.split(","))
+        if any(not item for item in items):
+            raise FrontMatterError(f"line {lineno}: empty item in list {value}")
+        return items
+    if value.endswith("]"):
+        raise FrontMatterError(f"line {lineno}: list value must start with '['")
+    return _unquote(value)
+
+
+def parse_front_matter(raw: str) -> tuple[dict[str, str | tuple[str, ...]], str]:
+    """Split ``---`` front matter from the body: (fields, body). Raises `FrontMatterError`."""
+    text = raw.lstrip("\ufeff")  # editors on Windows like to add a BOM
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != _FENCE:
+        raise FrontMatterError("no front matter: the file must start with a '---' line")
+    fields: dict[str, str | tuple[str, ...]] = {}
+    for index in range(1, len(lines)):
+        line = lines[index]
+        lineno = index + 1
+        stripped = line.strip()
+        if stripped == _FENCE:
+            body = "\n".join(lines[index + 1 :])
+            return fields, body.strip("\n")
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _KEY_RE.match(stripped)
+        if match is None:
+            raise FrontMatterError(f"line {lineno}: expected 'key: value', got {stripped!r}")
+        key = match.group(1)
+        if key in fields:
+            raise FrontMatterError(f"line {lineno}: duplicate key {key!r}")
+        fields[key] = _parse_value(match.group(2), lineno)
+    raise FrontMatterError("front matter is not closed: no second '---' line")
+
+
+def _scalar(fields: dict[str, str | tuple[str, ...]], key: str) -> str:
+    value = fields.get(key, "")
+    if isinstance(value, tuple):
+        raise FrontMatterError(f"{key!r} must be a single value, not a list")
+    return value.strip()
+
+
+def document_from_text(raw: str, *, doc_id: str, source_path: str = "") -> Document:
+    """Parse and validate one file's text. Raises `FrontMatterError` naming the problem."""
+    fields, body = parse_front_matter(raw)
+    unknown = sorted(set(fields) - KNOWN_KEYS)
+    if unknown:
+        # a misspelt key (e.g. "langauge") would otherwise be silently ignored
+        raise FrontMatterError(f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_KEYS))}")
+    title = _scalar(fields, "title")
+    if not title:
+        raise FrontMatterError("'title' is required")
+    language = _scalar(fields, "language")
+    if language not in LANGUAGES:
+        raise FrontMatterError(f"'language' must be one of {', '.join(sorted(LANGUAGES))}, got {language!r}")
+    kind = _scalar(fields, "kind") or "article"
+    if kind not in KINDS:
+        raise FrontMatterError(f"'kind' must be one of {', '.join(sorted(KINDS))}, got {kind!r}")
+    form_id = _scalar(fields, "form_id")
+    if kind == "form" and not form_id:
+        raise FrontMatterError("a document with 'kind: form' needs a 'form_id'")
+    raw_tags = fields.get("tags", ())
+    tags = (raw_tags,) if isinstance(raw_tags, str) and raw_tags else raw_tags if isinstance(raw_tags, tuple) else ()
+    if not body.strip():
+        raise FrontMatterError("the document has no body text")
+    return Document(
+        doc_id=doc_id,
+        title=title,
+        text=body,
+        language=language,
+        url=_scalar(fields, "url"),
+        tags=tuple(tag.strip() for tag in tags),
+        kind=kind,
+        form_id=form_id,
+        form_file=_scalar(fields, "form_file"),
+        content_hash=hashlib.sha256(raw.encode("utf-8")).hexdigest(),
+        source_path=source_path,
+    )
+
+
+def doc_id_for(path: Path, root: Path) -> str:
+    return path.relative_to(root).with_suffix("").as_posix()
+
+
+def load_markdown_file(path: Path, *, root: Path | None = None) -> Document:
+    """One file; `doc_id` is its path relative to `root` (default: its folder). Raises on any problem."""
+    path = Path(path)
+    base = root if root is not None else path.parent
+    try:
+        raw = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrontMatterError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    return document_from_text(raw, doc_id=doc_id_for(path, base), source_path=str(path))
+
+
+def _markdown_files(root: Path) -> list[Path]:
+    # hidden folders (.git, editor swap dirs) never hold help articles
+    return sorted(
+        p
+        for p in root.rglob("*.md")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+
+
+def load_markdown_dir(path: Path | str, *, errors: list[LoadError] | None = None) -> list[Document]:
+    """Every ``*.md`` under `path` (recursively, sorted), skipping other files.
+
+    A file that cannot be read or parsed is appended to `errors` as a `LoadError` (path and reason) and
+    skipped; pass a list to see them. A missing folder is reported the same way.
+    """
+    return load_markdown_paths([Path(path)], errors=errors)
+
+
+def load_markdown_paths(paths: Iterable[Path | str], *, errors: list[LoadError] | None = None) -> list[Document]:
+    """Files and folders together; a doc_id seen twice is an error for the second file."""
+    sink: list[LoadError] = errors if errors is not None else []
+    documents: list[Document] = []
+    seen: dict[str, Path] = {}
+    for entry in map(Path, paths):
+        if entry.is_dir():
+            root, files = entry, _markdown_files(entry)
+        elif entry.is_file():
+            if entry.suffix.lower() != ".md":
+                sink.append(LoadError(entry, "not a Markdown (.md) file"))
+                continue
+            root, files = entry.parent, [entry]
+        else:
+            sink.append(LoadError(entry, "no such file or folder"))
+            continue
+        for file in files:
+            try:
+                document = load_markdown_file(file, root=root)
+            except (FrontMatterError, OSError) as exc:
+                sink.append(LoadError(file, str(exc)))
+                continue
+            if document.doc_id in seen:
+                sink.append(LoadError(file, f"duplicate doc_id {document.doc_id!r} (also {seen[document.doc_id]})"))
+                continue
+            seen[document.doc_id] = file
+            documents.append(document)
+    return documents

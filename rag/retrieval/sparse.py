@@ -1,0 +1,97 @@
+"""BM25 as sparse vectors, so Qdrant does the lexical search next to the dense one.
+
+Document side: each token's weight is BM25's saturated term frequency ``tf*(k1+1)/(tf+k1*(1-b+b*dl/avgdl))``;
+query side: weight 1 per distinct token. The IDF factor is left to Qdrant (`Modifier.IDF`, which local mode
+implements too, with BM25's ``ln((N-df+0.5)/(df+0.5)+1)``), so it always matches the collection's live contents.
+`avgdl` is a corpus statistic of the build and is stored in the collection's metadata by the indexer.
+
+Token ids are crc32 of the token masked to 31 bits: stable across processes and small enough for any
+sparse index. Collisions at 2^31 are rare and only merge two rare tokens' statistics.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rag.text.tokenize import tokenize
+
+TOKEN_ID_MASK = 0x7FFFFFFF
+TOKENIZER_NAME = "cjk-uni-bigram+latin-words+joins-v1"
+
+
+_ids: dict[str, int] = {}
+
+
+def token_id(token: str) -> int:
+    # cached: indexing hashes the same few thousand CJK characters and bigrams hundreds of thousands of times
+    found = _ids.get(token)
+    if found is None:
+        found = zlib.crc32(token.encode("utf-8")) & TOKEN_ID_MASK
+        if len(_ids) > 1_000_000:
+            _ids.clear()
+        _ids[token] = found
+    return found
+
+
+def _default_tokens(text: str) -> list[str]:
+    # English stop words carry no topic and in a small help corpus their IDF is not low enough to ignore
+    return tokenize(text, bigrams=True, drop_stopwords=True, joins=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    """Sorted, unique indices with their weights (the order Qdrant's local mode wants)."""
+
+    indices: list[int]
+    values: list[float]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def _sorted(weights: dict[int, float]) -> SparseVector:
+    items = sorted(weights.items())
+    return SparseVector([i for i, _ in items], [w for _, w in items])
+
+
+@dataclass(frozen=True, slots=True)
+class BM25Params:
+    k1: float = 1.2
+    b: float = 0.75
+
+
+class BM25Encoder:
+    """Turns texts into BM25 sparse vectors; `avgdl` comes from the corpus being indexed."""
+
+    def __init__(
+        self, params: BM25Params | None = None, *, tokens: Callable[[str], list[str]] = _default_tokens
+    ) -> None:
+        self.params = params or BM25Params()
+        self._tokens = tokens
+
+    def term_counts(self, text: str) -> Counter[int]:
+        return Counter(map(token_id, self._tokens(text)))
+
+    @staticmethod
+    def average_length(counts: Sequence[Counter[int]]) -> float:
+        if not counts:
+            return 0.0
+        return sum(c.total() for c in counts) / len(counts)
+
+    def document_vector(self, counts: Counter[int], avgdl: float) -> SparseVector:
+        k1, b = self.params.k1, self.params.b
+        length = counts.total()
+        norm = k1 * (1.0 - b + b * length / avgdl) if avgdl > 0 else k1
+        return _sorted({tid: tf * (k1 + 1.0) / (tf + norm) for tid, tf in counts.items()})
+
+    def encode_documents(self, texts: Sequence[str], *, avgdl: float | None = None) -> tuple[list[SparseVector], float]:
+        """Vectors for `texts` and the avgdl used (computed over `texts` unless given)."""
+        counts = [self.term_counts(t) for t in texts]
+        used = self.average_length(counts) if avgdl is None else avgdl
+        return [self.document_vector(c, used) for c in counts], used
+
+    def encode_query(self, text: str) -> SparseVector:
+        return _sorted(dict.fromkeys(self.term_counts(text), 1.0))

@@ -1,0 +1,250 @@
+"""Running the pipeline for one request, and the process-wide pieces every run shares.
+
+`PipelineRuntime` owns what is loaded once per process (the node registry, the dependencies built from
+settings, the compiled-graph cache, the workflow of each backend). `PipelineRun` is one request: the graph
+runs in its own task and writes events into a bounded channel; `events()` yields them to a transport until
+the single terminal event. Closing the iterator early, or calling `cancel()`, cancels the task; whatever was
+held (LLM slots, upstream streams) is released by the nodes' own `finally` blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from concurrency.context import request_scope
+from rag.engine import CompiledGraph, GraphCache, NodeRegistry, WorkflowDefinition, compile_workflow
+from rag.errors import PipelineAbort
+from rag.events import Event, EventChannel, StreamWriter
+from rag.state import PipelineState, Turn
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("chat", "responses")
+
+
+@dataclass(frozen=True, slots=True)
+class AskRequest:
+    question: str
+    backend: str = "chat"
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    conversation_id: str = ""
+    client_id: str = ""
+    history: tuple[Turn, ...] = ()
+    summary: str = ""
+
+
+def _error_code_of(exc: BaseException) -> tuple[str, str, float | None]:
+    if isinstance(exc, PipelineAbort):
+        return exc.code, exc.message, exc.retry_after
+    # The concurrency manager's BusyError is duck-typed so rag does not depend on its module layout.
+    if type(exc).__name__ == "BusyError":
+        return "busy", str(exc), float(getattr(exc, "retry_after", 1.0) or 1.0)
+    if isinstance(exc, TimeoutError):
+        return "timeout", str(exc) or "the request took too long", None
+    return "internal", f"internal error ({type(exc).__name__})", None
+
+
+class PipelineRun:
+    """One request running through a compiled graph."""
+
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        state: PipelineState,
+        *,
+        stream_timeout: float,
+        idle_timeout: float,
+        telemetry: Any = None,
+    ):
+        self.graph = graph
+        self.state = state
+        self.channel = EventChannel()
+        self.writer = StreamWriter(state.request_id, self.channel)
+        self.started = time.monotonic()
+        self.finished: float | None = None
+        self._stream_timeout = stream_timeout
+        self._idle_timeout = idle_timeout
+        self._cancel_reason = ""
+        self._telemetry = telemetry
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> PipelineRun:
+        if self._task is None:
+            self._task = asyncio.create_task(self._main(), name=f"pipeline-{self.state.request_id}")
+        return self
+
+    @property
+    def terminal(self) -> Event | None:
+        return self.writer.terminal
+
+    @property
+    def done(self) -> bool:
+        return self._task is not None and self._task.done()
+
+    def cancel(self, reason: str = "the request was cancelled") -> None:
+        if self._task is not None and not self._task.done():
+            self._cancel_reason = reason
+            self._task.cancel()
+            # A task cancelled before it first ran never enters `_main`: close the stream for it (a second
+            # terminal is ignored, so this is harmless when `_main` did write one).
+            self._task.add_done_callback(lambda _task: self.writer.fail("cancelled", reason))
+
+    async def wait(self, max_wait: float = 5.0) -> None:
+        """Wait for the task to end (after a cancel, for example), at most `max_wait` seconds."""
+        if self._task is not None and not self._task.done():
+            await asyncio.wait({self._task}, timeout=max_wait)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every event of the run in order, ending with the terminal one."""
+        self.start()
+        try:
+            while True:
+                event = await self.channel.get(self._idle_timeout)
+                yield event
+                if event["channel"] in ("meta_summary", "error"):
+                    return
+        finally:
+            # The consumer went away (disconnect, cancel) or saw the end: either way the task must not outlive it.
+            if not self.done:
+                self.cancel("the client went away")
+                await self.wait()
+
+    async def _main(self) -> None:
+        state, writer = self.state, self.writer
+        telemetry = self._telemetry
+        # In the run's own task: the sampling decision and the trace's ContextVar belong to this request.
+        observer = telemetry.begin(state) if telemetry is not None else None
+        try:
+            # The request context lets the concurrency manager's priority mode count this request's finished calls.
+            with request_scope(state.request_id, arrival=self.started):
+                async with asyncio.timeout(self._stream_timeout):
+                    await self.graph.run(state, writer, observer=observer)
+        except asyncio.CancelledError:
+            writer.fail("cancelled", self._cancel_reason or "the request was cancelled")
+            self.finished = time.monotonic()
+            if telemetry is not None:
+                telemetry.finish(state)
+            raise
+        except BaseException as exc:
+            code, message, retry_after = _error_code_of(exc)
+            if code == "internal":
+                logger.exception("pipeline run %s failed", state.request_id)
+            state.fail(code, message, retry_after=retry_after)
+        self.finished = time.monotonic()
+        if telemetry is not None:
+            telemetry.finish(state)  # idempotent: the telemetry node may have finished it already
+        if state.error is not None:
+            extra = {"retry_after": state.error.retry_after} if state.error.retry_after is not None else {}
+            writer.fail(state.error.code, state.error.message, **extra)
+        else:
+            writer.finish(self.summary())
+
+    def summary(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "conversation_id": state.conversation_id,
+            "backend": state.backend,
+            "language": state.language,
+            "intent": state.intent,
+            "search_query": state.search_query,
+            "loops": state.loops,
+            "tools": list(state.tools_used),
+            "cached": state.cache_hit is not None,
+            "sources": [source.as_dict() for source in state.sources],
+            "attachments": [{"name": a.name, "url": a.url, "media_type": a.media_type} for a in state.attachments],
+            "usage": state.usage.as_dict(),
+            "trace_id": state.trace_id,
+            "elapsed_ms": round(((self.finished or time.monotonic()) - self.started) * 1000, 1),
+        }
+
+
+class PipelineRuntime:
+    """Process-wide: node registry, dependencies, compiled-graph cache and each backend's workflow."""
+
+    def __init__(
+        self,
+        *,
+        registry: NodeRegistry,
+        deps_factory: Callable[[], Any],
+        default_workflow: WorkflowDefinition,
+        stream_timeout: float = 180.0,
+        idle_timeout: float = 60.0,
+    ) -> None:
+        self.registry = registry
+        self.graph_cache = GraphCache()
+        self._deps_factory = deps_factory
+        self._deps: Any = None
+        self._deps_lock = asyncio.Lock()
+        self._default_workflow = default_workflow
+        self._workflows: dict[str, WorkflowDefinition] = {}
+        self.stream_timeout = stream_timeout
+        self.idle_timeout = idle_timeout
+
+    async def deps(self) -> Any:
+        """Dependencies are built once, off the event loop (opening the local store reads files)."""
+        if self._deps is None:
+            async with self._deps_lock:
+                if self._deps is None:
+                    self._deps = await asyncio.to_thread(self._deps_factory)
+        return self._deps
+
+    def preload(self) -> None:
+        """Build the dependencies now, from sync code at start-up (a server takes the local store's lock first)."""
+        if self._deps is None:
+            self._deps = self._deps_factory()
+
+    def set_workflow(self, backend: str, definition: WorkflowDefinition | None) -> None:
+        """Publish a workflow for a backend (None returns it to the default). Runs in flight keep theirs."""
+        if definition is None:
+            self._workflows.pop(backend, None)
+        else:
+            self._workflows[backend] = definition
+
+    def workflow_for(self, backend: str) -> WorkflowDefinition:
+        return self._workflows.get(backend, self._default_workflow)
+
+    def compile(self, definition: WorkflowDefinition, deps: Any) -> CompiledGraph:
+        fingerprint_params = getattr(getattr(deps, "config", None), "as_fingerprint", dict)()
+        return self.graph_cache.get_or_compile(
+            definition,
+            lambda d, key: compile_workflow(d, registry=self.registry, deps=deps, fingerprint=key),
+            params=fingerprint_params,
+        )
+
+    async def start(self, request: AskRequest, *, workflow: WorkflowDefinition | None = None) -> PipelineRun:
+        if request.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {request.backend!r}; expected one of {', '.join(BACKENDS)}")
+        deps = await self.deps()
+        graph = self.compile(workflow or self.workflow_for(request.backend), deps)
+        state = PipelineState(
+            request_id=request.request_id,
+            question=request.question,
+            backend=request.backend,
+            conversation_id=request.conversation_id,
+            client_id=request.client_id,
+            history=list(request.history),
+            summary=request.summary,
+        )
+        return PipelineRun(
+            graph,
+            state,
+            stream_timeout=self.stream_timeout,
+            idle_timeout=self.idle_timeout,
+            telemetry=getattr(deps, "telemetry", None),
+        ).start()
+
+    def close(self) -> None:
+        """Release what the dependencies hold (the local store's lock, above all)."""
+        for owner in (self._deps, getattr(self._deps, "retriever", None)):
+            closer = getattr(owner, "close", None)
+            if callable(closer):
+                closer()
+                break
+        self._deps = None
+        self.graph_cache.clear()

@@ -1,0 +1,590 @@
+"""`SemanticCache`: answers to context-free questions, found again by the embedding of a close enough question.
+
+The pipeline reaches it through `deps.cache` (see rag.nodes.cache_lookup / cache_store). A lookup embeds the
+normalised question and searches the cache collection within one scope (language, live index version, answer
+prompt version) for live entries above `threshold`; the best candidates then pass the false-hit guard
+(rag.semcache.guard), and the first that agrees with the question is a hit. The whole lookup is one thread hop:
+embedding and scoring are CPU work, and a Qdrant server is a blocking client.
+
+Nothing the hit path does touches the database: the answer and its sources are in the vector's payload, and hits
+are counted in memory and written in batches by the writer thread. Stores are queued (bounded; a full queue drops
+the store and counts it) and written by the same thread, vectors first and then rows, so the end of a stream
+never waits for them. The thread also flushes hit counters every `flush_interval` seconds and purges expired,
+stale and orphaned entries every `purge_interval` seconds.
+
+Defaults were measured on hand-written paraphrases of the demo help centre (docs/benchmarks/semantic_cache.md):
+with the offline lexical embedding, `threshold` 0.65 keeps 94% of the paraphrases of one set and 91% of a
+held-out one, with no wrong answer served on either once the guard has looked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rag.offline.terms import strip_question_words
+from rag.retrieval.embedding import Embedder
+from rag.semcache.guard import DEFAULT_KEY_TERMS, REASONS, KeyTerms, disagreement, features, question_normalize
+from rag.semcache.index import CacheIndex, CachePoint
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLD = 0.65
+DEFAULT_TTL_SECONDS = 24 * 3600.0
+# "other" is left out: such questions are translated before the search, and one English key would then serve an
+# answer written in Japanese to someone who asked in Vietnamese.
+CACHED_LANGUAGES = ("zh-hant", "zh-hans", "en")
+OFFLINE_PROMPT_VERSION = "offline"
+ANSWER_PROMPT = "unified-agent-system"
+_DUPLICATE_SCORE = 0.999
+
+PromptVersion = Callable[[], Awaitable[str]]
+
+
+def embed_key(normalized: str) -> str:
+    """The text embedded for a normalised question: without Chinese question scaffolding (請問, 如何, 怎麼, 嗎).
+
+    Measured on the paraphrase set: the median similarity of paraphrases goes from 0.72 to 0.89, so one threshold
+    keeps far more of them; what scaffolding used to tell apart ("為什麼" vs "怎麼辦") the guard checks.
+    """
+    return strip_question_words(normalized) or normalized
+
+
+class IndexVersion(Protocol):
+    def get(self) -> str | None:
+        """The live index version now (blocking); None before the first index build."""
+        ...
+
+    def peek(self) -> str | None:
+        """The last version seen, without blocking (None if unknown)."""
+        ...
+
+
+class LiveIndexVersion:
+    """The store's live collection name, re-read at most every `ttl` seconds (a server answers over HTTP)."""
+
+    def __init__(self, store: Any, *, ttl: float = 1.0) -> None:
+        self._store = store
+        self._ttl = ttl
+        self._value: str | None = None
+        self._read_at = float("-inf")
+
+    def get(self) -> str | None:
+        now = time.monotonic()
+        if now - self._read_at >= self._ttl:
+            self._value = self._store.live_collection()
+            self._read_at = now
+        return self._value
+
+    def peek(self) -> str | None:
+        return self._value
+
+
+def static_prompt_version(version: str) -> PromptVersion:
+    async def get() -> str:
+        return version
+
+    return get
+
+
+def registry_prompt_version(prompts: Any, name: str = ANSWER_PROMPT) -> PromptVersion:
+    """The version of the answer prompt the pipeline uses now (`deps.prompts`: memory, a thread hop when stale)."""
+
+    async def get() -> str:
+        snapshot = await prompts.get(name)
+        return f"{snapshot.name}@{snapshot.version}"
+
+    return get
+
+
+@dataclass(frozen=True, slots=True)
+class _StoreJob:
+    question: str
+    normalized: str
+    language: str
+    answer: str
+    sources: list[dict[str, Any]]
+    doc_ids: list[str]
+    prompt_version: str
+    index_version: str | None
+
+
+_STOP = object()
+
+
+class SemanticCache:
+    def __init__(
+        self,
+        *,
+        index: CacheIndex,
+        embedder: Embedder,
+        index_version: IndexVersion,
+        prompt_version: PromptVersion | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
+        ttl: float = DEFAULT_TTL_SECONDS,
+        candidates: int = 3,
+        key_terms: KeyTerms = DEFAULT_KEY_TERMS,
+        languages: Sequence[str] = CACHED_LANGUAGES,
+        max_entries: int = 20_000,
+        max_pending_writes: int = 256,
+        write_batch: int = 32,
+        flush_interval: float = 5.0,
+        purge_interval: float = 900.0,
+        orphan_grace: float = 120.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        if ttl <= 0 or candidates < 1 or max_entries < 1 or max_pending_writes < 1 or write_batch < 1:
+            raise ValueError("ttl, candidates, max_entries, max_pending_writes and write_batch must be positive")
+        self.index = index
+        self.embedder = embedder
+        self.threshold = threshold
+        self.ttl = ttl
+        self._versions = index_version
+        self._prompt_version = prompt_version or static_prompt_version(OFFLINE_PROMPT_VERSION)
+        self._candidates = candidates
+        self._key_terms = key_terms
+        self._languages = frozenset(languages)
+        self._max_entries = max_entries
+        self._write_batch = write_batch
+        self._flush_interval = flush_interval
+        self._purge_interval = purge_interval
+        self._orphan_grace = orphan_grace
+        self._clock = clock
+        self._queue: queue.Queue[_StoreJob | object] = queue.Queue(maxsize=max_pending_writes)
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+        self._closed = False
+        # Counters and pending hits are touched from lookup threads, the writer thread and stats readers.
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._rejections: Counter[str] = Counter()
+        self._pending_hits: dict[str, tuple[int, float]] = {}
+        self._last_purge: float | None = None
+
+    # --- the pipeline's protocol (rag.nodes.cache_lookup / cache_store) ----------------------------------------
+
+    async def lookup(self, question: str, *, language: str) -> dict[str, Any] | None:
+        """{"answer", "sources"} of a live entry close enough to `question` that the guard accepts, or None."""
+        if language not in self._languages or not question.strip():
+            return None
+        try:
+            prompt_version = await self._prompt_version()
+            return await asyncio.to_thread(self._lookup_sync, question, language, prompt_version)
+        except Exception:
+            self._count("errors")
+            raise  # cache_lookup logs it and answers the long way
+
+    async def store(self, question: str, *, language: str, answer: str, sources: list[dict[str, Any]]) -> None:
+        """Queue a grounded answer for the writer thread and return at once (a full queue drops it)."""
+        doc_ids = sorted({str(s.get("doc_id")) for s in sources if s.get("doc_id")})
+        if language not in self._languages or not answer.strip() or not question.strip() or not doc_ids:
+            self._count("store_skipped")  # only answers that cite documents are worth repeating
+            return
+        try:
+            prompt_version = await self._prompt_version()
+        except Exception:
+            self._count("errors")
+            raise
+        job = _StoreJob(
+            question=question,
+            normalized=question_normalize(question),
+            language=language,
+            answer=answer,
+            sources=[dict(s) for s in sources],
+            doc_ids=doc_ids,
+            prompt_version=prompt_version,
+            # the version this request's lookup just saw, i.e. the index the answer was retrieved from
+            index_version=self._versions.peek(),
+        )
+        self._ensure_writer()
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            self._count("store_dropped")
+            logger.warning("semantic cache: %d writes pending, an answer was not cached", self._queue.maxsize)
+
+    # --- lookups -----------------------------------------------------------------------------------------------
+
+    def _lookup_sync(self, question: str, language: str, prompt_version: str) -> dict[str, Any] | None:
+        normalized = question_normalize(question)
+        index_version = self._versions.get()
+        if index_version is None:
+            self._count("misses")
+            return None
+        vector = self.embedder.embed_query(embed_key(normalized))
+        candidates = self.index.search(
+            vector,
+            language=language,
+            index_version=index_version,
+            prompt_version=prompt_version,
+            now=self._clock(),
+            limit=self._candidates,
+            threshold=self.threshold,
+        )
+        if not candidates:
+            self._count("misses")
+            return None
+        asked = features(normalized, self._key_terms)
+        first_reason = ""
+        for candidate in candidates:
+            reason = disagreement(asked, candidate.features)
+            if reason is None:
+                self._record_hit(candidate.entry_id)
+                payload = candidate.payload
+                return {
+                    "answer": str(payload.get("answer", "")),
+                    "sources": [dict(s) for s in payload.get("sources") or []],
+                }
+            first_reason = first_reason or reason
+        with self._lock:
+            self._counts["misses"] += 1
+            self._counts["guard_rejections"] += 1
+            self._rejections[first_reason] += 1
+        logger.debug("semantic cache: %d candidates rejected by the guard (%s)", len(candidates), first_reason)
+        return None
+
+    def _record_hit(self, entry_id: str) -> None:
+        now = self._clock()
+        with self._lock:
+            self._counts["hits"] += 1
+            count, _ = self._pending_hits.get(entry_id, (0, now))
+            self._pending_hits[entry_id] = (count + 1, now)
+        self._ensure_writer()  # it flushes the counters
+
+    # --- the writer thread -------------------------------------------------------------------------------------
+
+    def _ensure_writer(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._thread_lock:
+            if self._closed or (self._thread is not None and self._thread.is_alive()):
+                return
+            self._thread = threading.Thread(target=self._run, name="semantic-cache-writer", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        from django.db import close_old_connections
+
+        next_flush = time.monotonic() + self._flush_interval
+        next_purge = time.monotonic() + self._purge_interval
+        stopping = False
+        while not stopping:
+            batch: list[_StoreJob] = []
+            try:
+                job = self._queue.get(timeout=max(0.0, min(next_flush, next_purge) - time.monotonic()))
+            except queue.Empty:
+                job = None
+            taken = 0 if job is None else 1
+            while job is not None:
+                if job is _STOP:
+                    stopping = True
+                    break
+                assert isinstance(job, _StoreJob)
+                batch.append(job)
+                if len(batch) >= self._write_batch:
+                    break
+                try:
+                    job = self._queue.get_nowait()
+                    taken += 1
+                except queue.Empty:
+                    job = None
+            try:
+                if batch:
+                    self._write(batch)
+                now = time.monotonic()
+                if now >= next_flush or stopping:
+                    self.flush_hits()
+                    next_flush = now + self._flush_interval
+                if now >= next_purge:
+                    self.purge()
+                    next_purge = now + self._purge_interval
+            except Exception:
+                logger.exception("semantic cache: background work failed")
+            finally:
+                # CONN_MAX_AGE = 0 is honoured per unit of work, as a request would.
+                close_old_connections()
+                for _ in range(taken):
+                    self._queue.task_done()
+
+    def _write(self, batch: Sequence[_StoreJob]) -> None:
+        from rag.semcache.services import NewEntry, cache_entries_create
+
+        now = self._clock()
+        current = self._versions.get()
+        points: list[CachePoint] = []
+        entries: list[NewEntry] = []
+        seen: set[tuple[str, ...]] = set()
+        room = self._max_entries - self.index.known_size()
+        for job in batch:
+            index_version = job.index_version or current
+            scope = (job.language, index_version or "", job.prompt_version, job.normalized)
+            if index_version is None or scope in seen:
+                self._count("store_skipped")
+                continue
+            vector = self.embedder.embed_query(embed_key(job.normalized))
+            if self._is_stored(vector, job, index_version, now):
+                self._count("store_skipped")  # asked twice before the first answer was cached
+                continue
+            if len(points) >= room:
+                self._count("store_full")
+                continue
+            seen.add(scope)
+            entry = NewEntry(
+                entry_id=str(uuid.uuid4()),
+                question=job.question,
+                normalized_question=job.normalized,
+                answer=job.answer,
+                language=job.language,
+                sources=job.sources,
+                doc_ids=job.doc_ids,
+                index_version=index_version,
+                prompt_version=job.prompt_version,
+                created_at=now,
+                expires_at=now + self.ttl,
+            )
+            entries.append(entry)
+            points.append(CachePoint(entry.entry_id, vector, _payload(entry)))
+        if not points:
+            return
+        try:
+            self.index.upsert(points)
+        except Exception:
+            self._count("errors", len(points))
+            raise
+        try:
+            cache_entries_create(entries=entries)
+        except Exception:
+            # Without its row an entry could not be listed or deleted by staff: take the vectors back.
+            self._count("errors", len(points))
+            self.index.delete(p.entry_id for p in points)
+            raise
+        self._count("stores", len(points))
+
+    def _is_stored(self, vector: Sequence[float], job: _StoreJob, index_version: str, now: float) -> bool:
+        same = self.index.search(
+            vector,
+            language=job.language,
+            index_version=index_version,
+            prompt_version=job.prompt_version,
+            now=now,
+            limit=1,
+            threshold=_DUPLICATE_SCORE,
+        )
+        return bool(same) and same[0].payload.get("normalized_question") == job.normalized
+
+    def flush_hits(self) -> int:
+        """Write the counted hits to the database in one transaction; returns entries updated. Blocking."""
+        from rag.semcache.services import cache_entry_hits_record
+
+        with self._lock:
+            pending, self._pending_hits = self._pending_hits, {}
+        if not pending:
+            return 0
+        try:
+            return cache_entry_hits_record(hits=pending)
+        except Exception:
+            with self._lock:  # keep them for the next flush
+                for entry_id, (count, last) in pending.items():
+                    more, newest = self._pending_hits.get(entry_id, (0, last))
+                    self._pending_hits[entry_id] = (count + more, max(last, newest))
+            self._count("errors")
+            raise
+
+    def purge(self) -> int:
+        """Delete expired entries, entries of another index version and orphans (a vector without its row or the
+        reverse, older than `orphan_grace`); returns how many went. Blocking."""
+        from rag.semcache.selectors import cache_entry_ids_created_before, cache_entry_ids_existing
+        from rag.semcache.services import cache_entries_delete, cache_entries_purge
+
+        now = self._clock()
+        version = self._versions.get()
+        stale = self.index.ids_matching(expired_at=now, not_index_version=version or "")
+        stale.update(cache_entries_purge(now=now, index_version=version))
+        self.forget(stale)
+        vectors = self.index.ids()
+        settled = {entry_id for entry_id, created in vectors.items() if created < now - self._orphan_grace}
+        orphans = settled - cache_entry_ids_existing(ids=settled)
+        self.forget(orphans)
+        rows_alone = cache_entry_ids_created_before(before=now - self._orphan_grace) - vectors.keys()
+        cache_entries_delete(ids=rows_alone, cache=self)
+        purged = len(stale) + len(orphans) + len(rows_alone)
+        with self._lock:
+            self._counts["purged"] += purged
+            self._last_purge = now
+        if purged:
+            logger.info(
+                "semantic cache purge: %d stale, %d orphaned vectors, %d rows without vectors",
+                len(stale),
+                len(orphans),
+                len(rows_alone),
+            )
+        return purged
+
+    # --- entries removed elsewhere (rag.semcache.services) ------------------------------------------------------
+
+    def forget(self, entry_ids: Sequence[str] | set[str]) -> None:
+        """Drop the vectors (and uncounted hits) of entries whose rows are being deleted. Blocking."""
+        ids = set(entry_ids)
+        if not ids:
+            return
+        with self._lock:
+            for entry_id in ids:
+                self._pending_hits.pop(entry_id, None)
+        self.index.delete(ids)
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self._pending_hits.clear()
+        self.index.clear()
+
+    def ids_citing(self, doc_ids: Sequence[str]) -> set[str]:
+        return self.index.ids_matching(doc_ids=doc_ids)
+
+    # --- life cycle and reporting ------------------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Block until every queued store is written (tests, benchmarks, shutdown); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(remaining)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued, flush the hit counters and stop the writer thread (deps.close() calls this)."""
+        with self._thread_lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            try:
+                self._queue.put(_STOP, timeout=timeout)
+            except queue.Full:
+                logger.warning("semantic cache: writer did not drain in %.1fs; queued answers are lost", timeout)
+            thread.join(timeout)
+        deactivate(self)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for the console (quick, thread-safe, JSON-serialisable)."""
+        with self._lock:
+            counts = dict(self._counts)
+            rejections = {reason: self._rejections.get(reason, 0) for reason in REASONS}
+            pending_hits = sum(count for count, _ in self._pending_hits.values())
+            last_purge = self._last_purge
+        hits, misses = counts.get("hits", 0), counts.get("misses", 0)
+        return {
+            "entries": self.index.known_size(),
+            "hits": hits,
+            "misses": misses,
+            "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
+            "guard_rejections": counts.get("guard_rejections", 0),
+            "guard_rejections_by_reason": rejections,
+            "stores": counts.get("stores", 0),
+            "store_skipped": counts.get("store_skipped", 0),
+            "store_dropped": counts.get("store_dropped", 0),
+            "store_full": counts.get("store_full", 0),
+            "errors": counts.get("errors", 0),
+            "purged": counts.get("purged", 0),
+            "pending_writes": self._queue.qsize(),
+            "pending_hits": pending_hits,
+            "last_purge_at": last_purge,
+            "threshold": self.threshold,
+            "ttl_seconds": self.ttl,
+        }
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += amount
+
+
+def _payload(entry: Any) -> dict[str, Any]:
+    return {
+        "entry_id": entry.entry_id,
+        "language": entry.language,
+        "index_version": entry.index_version,
+        "prompt_version": entry.prompt_version,
+        "created_at": entry.created_at,
+        "expires_at": entry.expires_at,
+        "doc_ids": entry.doc_ids,
+        "question": entry.question,
+        "normalized_question": entry.normalized_question,
+        "answer": entry.answer,
+        "sources": entry.sources,
+    }
+
+
+# --- the process's cache -----------------------------------------------------------------------------------------
+
+_active: SemanticCache | None = None
+_active_lock = threading.Lock()
+
+
+def active_cache() -> SemanticCache | None:
+    """The cache this process's pipeline uses (for the admin and the invalidation hook), if one was built."""
+    return _active
+
+
+def activate(cache: SemanticCache) -> None:
+    global _active
+    with _active_lock:
+        _active = cache
+
+
+def deactivate(cache: SemanticCache) -> None:
+    global _active
+    with _active_lock:
+        if _active is cache:
+            _active = None
+
+
+def build_semantic_cache(
+    store: Any,
+    embedder: Embedder,
+    *,
+    prompts: Any = None,
+    prompt_version: PromptVersion | None = None,
+    key_terms: KeyTerms = DEFAULT_KEY_TERMS,
+    index_version_ttl: float = 1.0,
+    **options: Any,
+) -> SemanticCache:
+    """The process's cache over the `VectorStore`'s own client (its collection ``<alias>_semcache``). Blocking:
+    call it where the store is opened (`build_deps`, off the event loop).
+
+    `prompts` is `deps.prompts`: entries are tagged with the answer prompt's production version, and None
+    (offline) tags them "offline"; `prompt_version` replaces that source. `options` go to `SemanticCache`
+    (threshold, ttl, max_entries, flush_interval, purge_interval, clock...).
+    """
+    index = CacheIndex(
+        store.client,
+        f"{store.alias}_semcache",
+        dim=embedder.dim,
+        embedder_name=embedder.name,
+        mirror=bool(store.use_memory),
+        local=bool(store.local),
+        key_terms=key_terms,
+    )
+    index.open()
+    cache = SemanticCache(
+        index=index,
+        embedder=embedder,
+        index_version=LiveIndexVersion(store, ttl=index_version_ttl),
+        prompt_version=prompt_version or (registry_prompt_version(prompts) if prompts is not None else None),
+        key_terms=key_terms,
+        **options,
+    )
+    activate(cache)
+    return cache

@@ -1,0 +1,146 @@
+"""The state that flows through a pipeline run.
+
+One mutable object per request. Nodes read the fields named as their inputs and write the fields named as
+their outputs (declared in the node catalogue), so the engine can check a workflow's wiring when it is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LANGUAGES = ("zh-hant", "zh-hans", "en", "other")
+INTENTS = ("simple_faq", "form_download", "form_export", "conversation_followup", "out_of_scope")
+ERROR_CODES = ("bad_request", "blocked", "busy", "timeout", "upstream_error", "cancelled", "internal")
+
+
+@dataclass(slots=True)
+class Turn:
+    role: str  # "user" | "assistant"
+    content: str
+
+
+@dataclass(slots=True)
+class RetrievedChunk:
+    chunk_id: str
+    doc_id: str
+    title: str
+    url: str
+    text: str
+    score: float
+    language: str = ""
+    heading: str = ""
+    kind: str = "article"  # "article" | "form"
+    form_id: str = ""
+    form_file: str = ""
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Source:
+    """A numbered source cited in the answer as [ref]."""
+
+    ref: int
+    doc_id: str
+    title: str
+    url: str
+    chunk_id: str = ""
+    kind: str = "article"
+    form_id: str = ""
+    download_url: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ref": self.ref, "doc_id": self.doc_id, "title": self.title, "url": self.url}
+        if self.kind == "form":
+            out.update(kind="form", form_id=self.form_id, download_url=self.download_url)
+        return out
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.total_tokens += other.total_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(slots=True)
+class PipelineError:
+    code: str
+    message: str
+    retry_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.code not in ERROR_CODES:
+            raise ValueError(f"unknown error code {self.code!r}")
+
+
+@dataclass(slots=True)
+class Attachment:
+    """A file offered for download with the answer (a form, or a generated CSV export)."""
+
+    name: str
+    url: str
+    media_type: str
+
+
+@dataclass(slots=True)
+class PipelineState:
+    # --- request (set by the caller) ---
+    request_id: str
+    question: str
+    backend: str = "chat"
+    conversation_id: str = ""
+    client_id: str = ""
+    history: list[Turn] = field(default_factory=list)
+    summary: str = ""  # running conversation summary from the previous turn
+    # --- language_normalizer ---
+    language: str = ""
+    normalized_question: str = ""
+    previous_answer: str = ""
+    # --- cache ---
+    cacheable: bool = False
+    cache_hit: dict[str, Any] | None = None
+    # --- planner ---
+    intent: str = ""
+    should_retrieve: bool = True
+    followup_instruction: str = ""
+    plan_source: str = ""
+    # --- retrieval ---
+    search_query: str = ""
+    queries: list[str] = field(default_factory=list)
+    loops: int = 0
+    retrieved: list[RetrievedChunk] = field(default_factory=list)
+    retrieval_verdict: str = ""
+    tools_used: list[str] = field(default_factory=list)
+    # --- response ---
+    answer: str = ""
+    sources: list[Source] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)
+    new_summary: str = ""
+    usage: Usage = field(default_factory=Usage)
+    # --- outcome ---
+    error: PipelineError | None = None
+    trace_id: str = ""
+    nodes_run: list[str] = field(default_factory=list)
+
+    def fail(self, code: str, message: str, *, retry_after: float | None = None) -> None:
+        self.error = PipelineError(code=code, message=message, retry_after=retry_after)
+
+
+# Fields a caller fills before the first node runs; a node may read them without an upstream producer.
+REQUEST_FIELDS = frozenset(
+    {"request_id", "question", "backend", "conversation_id", "client_id", "history", "summary", "usage"}
+)
+STATE_FIELDS = frozenset(PipelineState.__dataclass_fields__)

@@ -1,0 +1,46 @@
+"""Request telemetry: a sampled Langfuse trace per request, exported off the request path.
+
+    telemetry = get_telemetry()                 # process-wide; a no-op without LANGFUSE_* keys
+    observer = telemetry.begin(state)           # in the run's task: sampling, trace id, ContextVar
+    await graph.run(state, writer, observer=observer)
+    telemetry.finish(state)                     # enqueue (sampled) or keep a compact summary (unsampled)
+
+The LLM backend reports each call with `report_generation(...)`; the feedback endpoint sends scores with
+`telemetry.send_score(...)`, which creates the trace first when it was never exported.
+"""
+
+from rag.telemetry.facade import SummaryStore, Telemetry
+from rag.telemetry.record import (
+    FinishedTrace,
+    GenerationRecord,
+    NodeSpan,
+    ScoreRecord,
+    TraceRecord,
+    client_ref_for,
+    current_trace,
+    report_generation,
+    trace_id_for,
+    trace_summary_from_exchange,
+)
+from rag.telemetry.sampler import SamplerStats, TelemetrySampler
+from rag.telemetry.settings import build_telemetry_from_settings, get_telemetry, reset_telemetry
+
+__all__ = [
+    "FinishedTrace",
+    "GenerationRecord",
+    "NodeSpan",
+    "SamplerStats",
+    "ScoreRecord",
+    "SummaryStore",
+    "Telemetry",
+    "TelemetrySampler",
+    "TraceRecord",
+    "build_telemetry_from_settings",
+    "client_ref_for",
+    "current_trace",
+    "get_telemetry",
+    "report_generation",
+    "reset_telemetry",
+    "trace_id_for",
+    "trace_summary_from_exchange",
+]

@@ -1,0 +1,269 @@
+"""The process's pipeline runtime, built from Django settings once.
+
+This is the one place where settings become node dependencies; nodes themselves never read settings.
+
+With `LLM_BASE_URL` set, one `LLMBackend` per process goes into `deps.llm` (its call policy owns the process's
+requests-per-minute windows), with the prompt registry as `deps.prompts`; the process's concurrency manager
+takes its limits from the `LLM_MAX_CONCURRENT_*` settings unless the live settings row was applied first (the
+row wins: staff edit it at run time). Without `LLM_BASE_URL` everything stays offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from rag.deps import PipelineConfig, PipelineDeps
+from rag.runtime import PipelineRuntime
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_runtime: PipelineRuntime | None = None
+
+LLM_BACKENDS = ("default", "chat", "responses", "embedding")
+
+
+def pipeline_config_from_settings() -> PipelineConfig:
+    return PipelineConfig(
+        max_question_chars=settings.RAG_MAX_QUESTION_CHARS,
+        top_k=settings.RAG_RETRIEVAL_TOP_K,
+        retrieval_timeout=settings.RAG_RETRIEVAL_TIMEOUT,
+        max_retrieval_loops=settings.RAG_MAX_RETRIEVAL_LOOPS,
+        default_language=settings.RAG_DEFAULT_LANGUAGE,
+    )
+
+
+# --- LLM -------------------------------------------------------------------------------------------------------
+
+
+def parse_node_map(variable: str, raw: str, convert: Callable[[str], Any]) -> dict[str, Any]:
+    """``"planner=qwen-small, response_synth=qwen-big"`` -> {"planner": "qwen-small", ...}; a bad entry fails
+    with ImproperlyConfigured naming the variable."""
+    out: dict[str, Any] = {}
+    for entry in (raw or "").split(","):
+        if not entry.strip():
+            continue
+        node, sep, value = entry.partition("=")
+        node, value = node.strip(), value.strip()
+        if not sep or not node or not value:
+            raise ImproperlyConfigured(f"{variable}: expected node=value pairs separated by commas, got {entry!r}")
+        try:
+            out[node] = convert(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{variable}: bad value {value!r} for node {node!r}") from None
+    return out
+
+
+def llm_config_from_settings() -> Any:
+    from rag.llm import LLMConfig
+
+    return LLMConfig(
+        base_url=settings.LLM_BASE_URL,
+        api_key=settings.LLM_API_KEY,
+        chat_model=settings.LLM_CHAT_MODEL,
+        responses_model=settings.LLM_RESPONSES_MODEL,
+        node_models=parse_node_map("LLM_NODE_MODELS", getattr(settings, "LLM_NODE_MODELS", ""), str),
+        node_temperatures=parse_node_map(
+            "LLM_NODE_TEMPERATURES", getattr(settings, "LLM_NODE_TEMPERATURES", ""), float
+        ),
+        connect_timeout=settings.LLM_CONNECT_TIMEOUT,
+        first_token_timeout=settings.LLM_FIRST_TOKEN_TIMEOUT,
+        between_tokens_timeout=settings.LLM_BETWEEN_TOKENS_TIMEOUT,
+        total_timeout=settings.LLM_REQUEST_TIMEOUT,
+        embedding_base_url=settings.EMBEDDING_BASE_URL,
+        embedding_api_key=settings.EMBEDDING_API_KEY,
+        embedding_model=settings.EMBEDDING_MODEL,
+        embedding_dim=settings.EMBEDDING_DIM,
+    )
+
+
+def call_policy_config_from_settings() -> Any:
+    from rag.llm import CallPolicyConfig
+
+    return CallPolicyConfig(
+        rpm=dict.fromkeys(LLM_BACKENDS, settings.LLM_RPM_LIMIT),
+        max_attempts=settings.LLM_RETRY_MAX_ATTEMPTS,
+        backoff_base=settings.LLM_RETRY_BASE_SECONDS,
+        backoff_max=settings.LLM_RETRY_MAX_SECONDS,
+        retry_after_cap=settings.LLM_RETRY_AFTER_CAP,
+    )
+
+
+def build_llm_backend() -> Any:
+    """The process's LLM backend, or None when no LLM server is configured (the offline rules answer)."""
+    if not settings.LLM_BASE_URL:
+        return None
+    from rag.llm import LLMBackend
+
+    try:
+        return LLMBackend(llm_config_from_settings(), call_policy_config_from_settings())
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"LLM settings: {exc}") from exc
+
+
+def apply_live_policy(llm: Any, snapshot: Any) -> None:
+    """Live settings (rpm, retries, request timeout) into the running backend's policy, validated first.
+
+    Fields are set in place: the RPM limiter reads the policy's config object on every call.
+    """
+    from rag.llm import CallPolicyConfig
+
+    policy = llm.policy.config
+    try:
+        updated = CallPolicyConfig(
+            rpm={backend: int(snapshot.rpm.get(backend, 0)) for backend in LLM_BACKENDS},
+            rpm_window=policy.rpm_window,
+            max_attempts=snapshot.retry_max_attempts,
+            backoff_base=snapshot.retry_base_seconds,
+            backoff_max=snapshot.retry_max_seconds,
+            jitter=policy.jitter,
+            retry_after_cap=policy.retry_after_cap,
+            acquire_timeout=policy.acquire_timeout,
+        )
+        timeout = float(snapshot.llm_request_timeout)
+        if not timeout > 0:
+            raise ValueError(f"llm_request_timeout must be > 0, got {timeout}")
+    except (TypeError, ValueError) as exc:
+        logger.error("live LLM settings v%s refused, keeping the current policy: %s", snapshot.version, exc)
+        return
+    for item in fields(CallPolicyConfig):
+        setattr(policy, item.name, getattr(updated, item.name))
+    llm.config.total_timeout = timeout
+
+
+def follow_live_settings(llm: Any) -> Callable[[], None]:
+    """Keep the backend's policy in step with the live settings row; returns the unsubscribe function."""
+    from concurrency.live.apply import on_settings_applied
+
+    return on_settings_applied(lambda snapshot: apply_live_policy(llm, snapshot))
+
+
+def configure_concurrency_manager() -> Any:
+    """The process manager with the limits, priority mode and waiting bounds of the settings.
+
+    Skipped when the live settings row has been applied already: it was seeded from these settings and staff
+    may have changed it since. Call it on the thread of the event loop that serves requests.
+    """
+    from concurrency.live.apply import settings_current
+    from concurrency.manager import get_manager
+
+    if settings_current() is not None:
+        return get_manager()
+    return get_manager(
+        limits={
+            "default": settings.LLM_MAX_CONCURRENT_DEFAULT,
+            "chat": settings.LLM_MAX_CONCURRENT_CHAT,
+            "responses": settings.LLM_MAX_CONCURRENT_RESPONSES,
+            "embedding": settings.LLM_MAX_CONCURRENT_EMBEDDING,
+        },
+        priority_enabled=settings.LLM_PRIORITY_ENABLED,
+        starvation_threshold=settings.LLM_PRIORITY_STARVATION_THRESHOLD,
+        acquire_timeout=settings.LLM_ACQUIRE_TIMEOUT,
+        max_waiters=settings.LLM_MAX_WAITERS,
+    )
+
+
+# --- the runtime -----------------------------------------------------------------------------------------------
+
+
+def build_deps() -> PipelineDeps:
+    """Open the vector store and build every client. Blocking: call it off the event loop."""
+    from rag.ratelimit import SlidingWindowRateLimiter
+    from rag.retrieval.store import open_store_from_settings
+    from rag.telemetry import get_telemetry
+
+    llm = build_llm_backend()  # first: a configuration mistake should not leave the store open and locked
+    store = open_store_from_settings()
+    from rag.retrieval.embedding import LexicalEmbedder
+    from rag.retrieval.retriever import StoreRetriever
+
+    embedder = LexicalEmbedder()
+    deps = PipelineDeps(
+        retriever=StoreRetriever(store, embedder),
+        config=pipeline_config_from_settings(),
+        rate_limiter=SlidingWindowRateLimiter(settings.RAG_RATE_LIMIT_PER_MINUTE),
+        llm=llm,
+        telemetry=get_telemetry(),  # process-wide, shut down at exit: not one of the deps' cleanups
+    )
+    if llm is not None:
+        from rag.llm_nodes.prompts import RegistryPrompts
+
+        deps.prompts = RegistryPrompts()
+        deps.cleanups.append(follow_live_settings(llm))
+        logger.info(
+            "pipeline LLM: %s (chat model %s, responses model %s)",
+            settings.LLM_BASE_URL,
+            llm.config.chat_model,
+            llm.config.responses_model or llm.config.chat_model,
+        )
+    if settings.RAG_SEMANTIC_CACHE_ENABLED:
+        _attach_semantic_cache(deps, store, embedder)
+    return deps
+
+
+def _attach_semantic_cache(deps: PipelineDeps, store: Any, embedder: Any) -> None:
+    from functools import partial
+
+    from concurrency.live import register_stats_provider
+    from rag.documents.hooks import on_documents_reindexed
+    from rag.semcache.cache import build_semantic_cache
+    from rag.semcache.services import cache_entries_invalidate_for_documents
+
+    cache = build_semantic_cache(
+        store,
+        embedder,
+        prompts=deps.prompts,
+        threshold=settings.RAG_SEMANTIC_CACHE_THRESHOLD,
+        ttl=settings.RAG_SEMANTIC_CACHE_TTL,
+    )
+    deps.cache = cache
+    # Cleanups run last-registered first: pending hit counts are written before the store closes.
+    deps.cleanups.append(cache.close)
+    deps.cleanups.append(register_stats_provider("semantic_cache", cache.stats))
+    deps.cleanups.append(on_documents_reindexed(partial(cache_entries_invalidate_for_documents, cache=cache)))
+
+
+def get_runtime() -> PipelineRuntime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            from concurrency.live import register_stats_provider
+            from rag.nodes import build_registry
+            from rag.telemetry import get_telemetry
+            from rag.workflows.default import default_workflow
+
+            configure_concurrency_manager()
+            _runtime = PipelineRuntime(
+                registry=build_registry(),
+                deps_factory=build_deps,
+                default_workflow=default_workflow(),
+                stream_timeout=settings.RAG_STREAM_TIMEOUT,
+            )
+            register_stats_provider("graph_cache", _runtime.graph_cache.stats)
+            register_stats_provider("telemetry_sampler", lambda: get_telemetry().stats())
+        return _runtime
+
+
+def warm_up() -> None:
+    """Open the store and build the pipeline at server start-up, so the server, not a later command, holds the
+    embedded store. A failure is logged and left to the first request (which reports it to its client)."""
+    try:
+        get_runtime().preload()
+    except Exception:
+        logger.exception("pipeline warm-up failed; the first request will try again")
+
+
+def reset_runtime() -> None:
+    """Close the store and forget the runtime (tests, and reindex in the owning process)."""
+    global _runtime
+    with _lock:
+        if _runtime is not None:
+            _runtime.close()
+        _runtime = None

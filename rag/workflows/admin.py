@@ -1,0 +1,95 @@
+"""Workflow drafts in the admin: the usual list, and the graph builder page where drafts are edited.
+
+Adding or changing a draft opens the builder (a graph is not a form); the list stays for finding, sorting and
+deleting drafts. A published draft cannot be deleted: unpublish it first, so a backend never loses its
+pipeline by accident.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+
+from rag.runtime import BACKENDS
+from rag.workflows.models import WorkflowDraft
+
+
+@admin.register(WorkflowDraft)
+class WorkflowDraftAdmin(admin.ModelAdmin):
+    list_display = ("name", "version", "valid", "serving", "author", "updated_at", "builder_link")
+    list_filter = ("valid", "published", "backend")
+    search_fields = ("name",)
+    builder_template = "admin/rag_workflows/builder.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        view = self.admin_site.admin_view(self.builder_view)
+        return [
+            path("builder/", view, name="{}_{}_builder".format(*info)),
+            path("builder/<int:draft_id>/", view, name="{}_{}_builder".format(*info)),
+            *super().get_urls(),
+        ]
+
+    def builder_url(self, draft_id: int | None = None) -> str:
+        name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_builder"
+        return reverse(name, args=[draft_id] if draft_id is not None else [])
+
+    @admin.display(description="serving", ordering="backend")
+    def serving(self, obj: WorkflowDraft) -> str:
+        return f"{obj.backend} (v{obj.published_version})" if obj.published else "—"
+
+    @admin.display(description="")
+    def builder_link(self, obj: WorkflowDraft) -> str:
+        return format_html('<a href="{}">Open in graph builder</a>', self.builder_url(obj.pk))
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
+        return HttpResponseRedirect(self.builder_url())
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        try:
+            return HttpResponseRedirect(self.builder_url(int(object_id)))
+        except ValueError:
+            return super().change_view(request, object_id, form_url, extra_context)
+
+    def has_delete_permission(self, request: HttpRequest, obj: WorkflowDraft | None = None) -> bool:
+        if obj is not None and obj.published:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        return super().changelist_view(request, {**(extra_context or {}), "builder_url": self.builder_url()})
+
+    def builder_view(self, request: HttpRequest, draft_id: int | None = None) -> HttpResponse:
+        can_edit = self.has_change_permission(request)
+        config = {
+            "draftId": draft_id,
+            "canEdit": can_edit,
+            "backends": list(BACKENDS),
+            "builderUrl": self.builder_url(),
+            "changelistUrl": reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"),
+            "api": {
+                "nodes": reverse("rag_workflows:nodes"),
+                "validate": reverse("rag_workflows:validate"),
+                "testRun": reverse("rag_workflows:test-run"),
+                "drafts": reverse("rag_workflows:drafts"),
+                "default": reverse("rag_workflows:default"),
+            },
+        }
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Graph builder",
+            "subtitle": None,
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "builder_config": config,
+            "can_edit": can_edit,
+            "backends": BACKENDS,
+        }
+        return TemplateResponse(request, self.builder_template, context)

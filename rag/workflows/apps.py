@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class WorkflowsConfig(AppConfig):
+    name = "rag.workflows"
+    label = "rag_workflows"
+    verbose_name = "Workflows"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,170 @@
+"""The job runner: claims rows, runs them on the store the retriever searches, stops cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import OperationalError
+
+from rag.documents import runner as runner_module
+from rag.documents.models import IndexJob, JobRunnerHeartbeat, JobStatus
+from rag.documents.runner import JobContext, JobRunner, JobRunnerMiddleware
+from rag.documents.services import index_job_create
+from rag.retrieval.retriever import StoreRetriever
+from rag.retrieval.store import VectorStore
+from tests.rag.documents.conftest import CORPUS, CountingEmbedder, doc_ids_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def wait_for(job: IndexJob, *, until: Any, within: float = 20.0) -> IndexJob:
+    deadline = time.monotonic() + within
+    while True:
+        # the suite's in-memory SQLite reports a lock at once instead of waiting for it
+        with contextlib.suppress(OperationalError):
+            await sync_to_async(job.refresh_from_db)()
+        if until(job):
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job #{job.pk} still {job.status}/{job.stage} after {within} s")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def running(store: VectorStore, embedder: CountingEmbedder) -> AsyncIterator[tuple[JobRunner, StoreRetriever]]:
+    retriever = StoreRetriever(store, embedder)  # type: ignore[arg-type]
+
+    async def context() -> JobContext:
+        return JobContext(store=store, embedder=embedder)
+
+    job_runner = JobRunner(context_factory=context, poll_interval=0.05, heartbeat_interval=0.2, name="test-runner:1")
+    task = asyncio.create_task(job_runner.run())
+    yield job_runner, retriever
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_runner_runs_queued_jobs_and_the_retriever_serves_each_new_build(
+    running: tuple[JobRunner, StoreRetriever], store: VectorStore, corpus: Path
+) -> None:
+    _, retriever = running
+    job = await sync_to_async(index_job_create)()
+    job = await wait_for(job, until=lambda j: j.finished)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert job.runner == "test-runner:1"
+    assert await sync_to_async(JobRunnerHeartbeat.objects.filter(runner="test-runner:1").exists)()
+    before = await retriever.search("waiting list enrolment", limit=3)
+
+    (corpus / "en-enrolment.md").write_text(CORPUS["en-enrolment.md"] + "\n## Waiting list\n\nJoin the waiting list.\n")
+    (corpus / "en-waiting.md").write_text("---\ntitle: Waiting list\nlanguage: en\n---\n\nWaiting list rules.\n")
+    job = await sync_to_async(index_job_create)()
+    job = await wait_for(job, until=lambda j: j.finished)
+    assert (job.status, job.added, job.updated) == (JobStatus.SUCCEEDED, 1, 1)
+    after = await retriever.search("waiting list", limit=3)
+    assert "en-waiting" in {c.doc_id for c in after} and "en-waiting" not in {c.doc_id for c in before}
+    assert any("Join the waiting list" in c.text for c in after)
+
+
+async def test_stopping_the_runner_mid_job_cancels_it_and_keeps_the_live_index(
+    store: VectorStore, embedder: CountingEmbedder, corpus: Path
+) -> None:
+    inner = embedder.embed_documents
+
+    def slow(texts: Any) -> Any:
+        time.sleep(0.3)
+        return inner(texts)
+
+    embedder.embed_documents = slow  # type: ignore[method-assign]
+
+    async def context() -> JobContext:
+        return JobContext(store=store, embedder=embedder)
+
+    first = JobRunner(context_factory=context, poll_interval=0.05, name="first:1")
+    task = asyncio.create_task(first.run())
+    job = await wait_for(await sync_to_async(index_job_create)(), until=lambda j: j.finished)
+    live, ids = store.live_collection(), doc_ids_of(store)
+    for name, text in CORPUS.items():
+        (corpus / name).write_text(text + "\nchanged\n")
+    job = await sync_to_async(index_job_create)()
+    await wait_for(job, until=lambda j: j.stage == "embedding")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    job = await wait_for(job, until=lambda j: j.finished, within=5)
+    assert job.status == JobStatus.CANCELLED
+    assert store.live_collection() == live and store.builds() == [live] and doc_ids_of(store) == ids
+    assert not await sync_to_async(JobRunnerHeartbeat.objects.filter(runner="first:1").exists)()
+
+
+async def test_a_runner_that_cannot_have_the_store_waits_without_claiming(configured: Path) -> None:
+    from rag.retrieval.store import StoreLockedError
+
+    async def locked() -> JobContext:
+        raise StoreLockedError(configured / "qdrant")
+
+    waiting = JobRunner(context_factory=locked, poll_interval=0.05, name="waiting:1")
+    job = await sync_to_async(index_job_create)()
+    task = asyncio.create_task(waiting.run())
+    await asyncio.sleep(0.3)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await sync_to_async(job.refresh_from_db)()
+    assert job.status == JobStatus.PENDING
+
+
+async def test_the_middleware_starts_the_runner_once_and_passes_lifespan_on(monkeypatch: Any, settings: Any) -> None:
+    started: list[str] = []
+
+    class FakeRunner:
+        async def run(self) -> None:
+            started.append("run")
+            await asyncio.sleep(3600)
+
+    monkeypatch.setattr(runner_module, "JobRunner", FakeRunner)
+    settings.RAG_JOB_RUNNER = True
+    seen: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    wrapped = JobRunnerMiddleware(app)
+    await wrapped({"type": "http"}, None, None)
+    await wrapped({"type": "http"}, None, None)
+    await asyncio.sleep(0.01)
+    assert runner_module.job_runner_running() is not None and started == ["run"]
+
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[str] = []
+
+    async def receive() -> dict[str, str]:
+        return next(messages)
+
+    async def send(message: dict[str, str]) -> None:
+        sent.append(message["type"])
+
+    await wrapped({"type": "lifespan"}, receive, send)
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert runner_module.job_runner_running() is None  # stopped at shutdown
+    assert seen == ["http", "http", "lifespan"]
+
+
+async def test_the_runner_is_off_unless_enabled(monkeypatch: Any, settings: Any) -> None:
+    settings.RAG_JOB_RUNNER = False
+    calls: list[int] = []
+    monkeypatch.setattr(runner_module, "job_runner_start", lambda: calls.append(1))
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    await JobRunnerMiddleware(app)({"type": "http"}, None, None)
+    assert calls == []

@@ -1,0 +1,158 @@
+"""The local store held by another process (a stand-in for the server, running the job runner): the reindex
+command leaves the job to it, follows its progress, and cancels it with Ctrl-C. Everything runs in subprocesses
+on a data folder of their own (SQLite file, local store), as `make run` would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from tests.rag.documents.conftest import CORPUS, write_corpus
+
+pytestmark = pytest.mark.slow
+PROJECT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> dict[str, str]:
+    corpus = write_corpus(tmp_path / "corpus")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chatbot.settings",
+        "DATA_DIR": str(tmp_path / "data"),
+        "QDRANT_PATH": str(tmp_path / "qdrant"),
+        "CORPUS_DIR": str(corpus),
+        # a database and a store of their own, whatever the suite runs against
+        "DATABASE_URL": "",
+        "REDIS_URL": "",
+        "QDRANT_URL": "",
+        "LLM_BASE_URL": "",
+        "EMBEDDING_BASE_URL": "",
+        "ASK_SERVER_URL": "http://127.0.0.1:9",
+        "RAG_PRELOAD": "false",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=PROJECT, env=env, check=True, timeout=120)
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+class Reader:
+    """Collects a pipe's bytes as they come (the progress bar has no newlines to wait for)."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self.data = b""
+        self._pipe = pipe
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while chunk := os.read(self._pipe.fileno(), 4096):
+            self.data += chunk
+
+    def wait_for(self, text: str, within: float = 30.0) -> None:
+        deadline = time.monotonic() + within
+        while text.encode() not in self.data:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not seen in {self.data.decode(errors='replace')!r}")
+            time.sleep(0.05)
+
+    @property
+    def text(self) -> str:
+        self._thread.join(timeout=5)
+        return self.data.decode(errors="replace")
+
+
+class StoreOwner:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("store_owner.py"))],
+            cwd=PROJECT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line.strip() == "ready", line + self.process.stdout.read()
+
+    def search(self, query: str) -> list[str]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"search {query}\n")
+        self.process.stdin.flush()
+        while True:
+            line = self.process.stdout.readline()
+            if line.startswith("["):
+                return list(json.loads(line))
+            assert line, "the store owner exited"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def owner(site: dict[str, str]) -> Iterator[StoreOwner]:
+    started = StoreOwner({**site, "EMBED_DELAY": "1.0", "INITIAL_INDEX": "1"})
+    yield started
+    started.stop()
+
+
+def test_reindex_follows_the_job_the_store_owner_runs_and_ctrl_c_cancels_it(
+    site: dict[str, str], owner: StoreOwner
+) -> None:
+    corpus = Path(site["CORPUS_DIR"])
+    assert "en-waiting" not in owner.search("waiting list")
+    (corpus / "en-waiting.md").write_text("---\ntitle: Waiting list\nlanguage: en\n---\n\nWaiting list rules.\n")
+    (corpus / "en-enrolment.md").write_text(CORPUS["en-enrolment.md"] + "\nJoin the waiting list.\n")
+
+    followed = manage(site, "reindex")
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert "runs in the server; following it" in followed.stdout
+    assert "embedding" in followed.stdout and "100%" in followed.stdout  # the progress bar, drawn with \r
+    assert "Documents: 1 added, 1 updated, 4 unchanged, 0 deleted, 0 skipped." in followed.stdout
+    # the owner's retriever answers from the new build at once
+    assert "en-waiting" in owner.search("waiting list")
+
+    for name, text in CORPUS.items():
+        (corpus / name).write_text(text + "\nquokka\n")
+    command = subprocess.Popen(
+        [sys.executable, "manage.py", "reindex", "--full"],
+        cwd=PROJECT,
+        env=site,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert command.stdout is not None and command.stderr is not None
+    out, err = Reader(command.stdout), Reader(command.stderr)
+    out.wait_for("embedding")
+    command.send_signal(signal.SIGINT)
+    assert command.wait(timeout=60) == 1
+    assert "Cancelling index job" in out.text
+    assert "was cancelled" in err.text and "live index is unchanged" in err.text
+    assert owner.search("quokka") == []
+    assert "en-waiting" in owner.search("waiting list")

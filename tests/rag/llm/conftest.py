@@ -1,0 +1,123 @@
+"""Fixtures for the LLM client tests: one simulator subprocess for the folder, a fresh concurrency manager and
+fresh HTTP clients per test, and a record of the policy's attempts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from concurrency.manager import LLMConcurrencyManager, set_manager
+from concurrency.simulator.testing import SimulatorProcess
+from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
+from rag.llm.client import aclose_clients
+
+# Fast tokens, a little reasoning before every answer (so both channels are exercised), small vectors.
+SIM_FLAGS: dict[str, Any] = {
+    "ttft_ms": 5,
+    "tpot_ms": 2,
+    "output_tokens": 12,
+    "reasoning_tokens": 4,
+    "max_num_seqs": 8,
+    "embedding_dim": 32,
+}
+USER = [{"role": "user", "content": "How do I reset my password?"}]
+
+
+@pytest.fixture(scope="session")
+def shared_llm_simulator() -> Iterator[SimulatorProcess]:
+    with SimulatorProcess().start(**SIM_FLAGS) as sim:
+        yield sim
+
+
+async def wait_idle(sim: SimulatorProcess, within: float = 1.0) -> dict[str, Any]:
+    """The simulator's stats once nothing runs or waits; fails if that takes longer than ``within``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        stats = await sim.astats()
+        if stats["running"] == 0 and stats["waiting"] == 0:
+            return stats
+        if loop.time() > deadline:
+            raise AssertionError(f"simulator still busy after {within} s: {stats}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def sim(shared_llm_simulator: SimulatorProcess) -> AsyncIterator[SimulatorProcess]:
+    await shared_llm_simulator.areset()
+    yield shared_llm_simulator
+    # Every test must leave no request running upstream (a leaked stream is a leaked GPU sequence).
+    await wait_idle(shared_llm_simulator)
+
+
+@pytest.fixture
+async def manager() -> AsyncIterator[LLMConcurrencyManager]:
+    m = LLMConcurrencyManager({"default": 4, "chat": 4, "responses": 4, "embedding": 4}, acquire_timeout=5.0)
+    set_manager(m)
+    yield m
+    set_manager(None)
+    await aclose_clients()
+    for name, stats in m.stats()["backends"].items():
+        assert stats["in_progress"] == 0, f"slot of {name} not released"
+
+
+class AttemptLog(logging.Handler):
+    """Collects the policy's ``llm attempt`` log records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("llm attempt"):
+            self.records.append(record)
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+    @property
+    def outcomes(self) -> list[str]:
+        return [str(r.args[6]) for r in self.records]  # type: ignore[index]
+
+
+@pytest.fixture
+def attempts() -> Iterator[AttemptLog]:
+    logger = logging.getLogger("rag.llm.policy")
+    handler = AttemptLog()
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)
+
+
+BackendFactory = Callable[..., LLMBackend]
+
+
+@pytest.fixture
+def make_backend(sim: SimulatorProcess, manager: LLMConcurrencyManager) -> BackendFactory:
+    """``make_backend(first_token_timeout=1, max_attempts=3, ...)``: LLMConfig and CallPolicyConfig fields mixed."""
+
+    def build(**overrides: Any) -> LLMBackend:
+        llm_fields = set(LLMConfig.__dataclass_fields__)
+        llm_args: dict[str, Any] = {
+            "base_url": sim.base_url,
+            "api_key": "test",
+            "chat_model": "sim-chat",
+            "first_token_timeout": 5.0,
+            "between_tokens_timeout": 5.0,
+            "total_timeout": 20.0,
+            "embedding_dim": SIM_FLAGS["embedding_dim"],
+        }
+        policy_args: dict[str, Any] = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter": False}
+        for key, value in overrides.items():
+            (llm_args if key in llm_fields else policy_args)[key] = value
+        return LLMBackend(LLMConfig(**llm_args), CallPolicyConfig(**policy_args))
+
+    return build

@@ -1,0 +1,206 @@
+"""The call policy against injected faults: what is retried, how long it waits, what the user ends up with, and
+that the upstream server saw exactly the attempts the policy made."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+from concurrency.manager import LLMConcurrencyManager
+from concurrency.simulator.testing import SimulatorProcess
+from rag.errors import Busy, UpstreamError, UpstreamTimeout
+from rag.llm import LLMBackend, LLMDelta
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, wait_idle
+
+
+async def stream_all(backend: LLMBackend, api: str = "chat", **kwargs: object) -> list[LLMDelta]:
+    out: list[LLMDelta] = []
+    async with contextlib.aclosing(backend.stream_answer(backend=api, node="n", messages=USER, **kwargs)) as deltas:
+        async for delta in deltas:
+            out.append(delta)
+    return out
+
+
+async def upstream_attempts(sim: SimulatorProcess, api: str = "chat") -> int:
+    return int((await sim.astats())["endpoints"][api]["attempts"])
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_429_waits_for_retry_after_then_succeeds(
+    api: str, make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["429"], retry_after=2)
+    started = time.monotonic()
+    deltas = await stream_all(make_backend(), api)
+    elapsed = time.monotonic() - started
+
+    assert 2.0 <= elapsed < 3.0  # Retry-After wins over the (tiny) backoff
+    assert deltas[-1].kind == "usage"
+    assert attempts.outcomes == ["status", "ok"]
+    assert await upstream_attempts(sim, api) == attempts.count == 2
+
+
+async def test_server_errors_are_retried_max_attempts_times_then_upstream_error(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["500"] * 6)
+    with pytest.raises(UpstreamError, match="HTTP 500, 4 attempt"):
+        await stream_all(make_backend(max_attempts=4))
+    assert attempts.count == 4
+    assert await upstream_attempts(sim) == 4
+
+
+async def test_complete_and_embed_are_retried_too(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["503", "ok"], endpoints=["chat", "embeddings"])
+    backend = make_backend()
+    result = await backend.complete(backend="chat", node="n", messages=USER)
+    await sim.afaults(fail_next=["502"])
+    vectors = await backend.embed(["hello"])
+    assert result.text and len(vectors) == 1
+    assert attempts.outcomes == ["status", "ok", "status", "ok"]
+    stats = await sim.astats()
+    assert stats["endpoints"]["chat"]["attempts"] == 2 and stats["endpoints"]["embeddings"]["attempts"] == 2
+
+
+@pytest.mark.parametrize(("status", "retried"), [("400", False), ("404", False), ("408", True)])
+async def test_client_errors_other_than_408_and_429_are_not_retried(
+    status: str, retried: bool, make_backend: BackendFactory, sim: SimulatorProcess
+) -> None:
+    await sim.afaults(fail_next=[status, status])
+    with pytest.raises(UpstreamError, match=f"HTTP {status}"):
+        await stream_all(make_backend(max_attempts=2))
+    assert await upstream_attempts(sim) == (2 if retried else 1)
+
+
+async def test_retry_after_beyond_the_cap_fails_fast_as_busy(
+    make_backend: BackendFactory, sim: SimulatorProcess
+) -> None:
+    await sim.afaults(fail_next=["429"], retry_after=30)
+    started = time.monotonic()
+    with pytest.raises(Busy) as info:
+        await stream_all(make_backend(retry_after_cap=5))
+    assert time.monotonic() - started < 1.0
+    assert info.value.retry_after == 30 and info.value.code == "busy"
+    assert await upstream_attempts(sim) == 1
+
+
+async def test_retry_after_beyond_the_deadline_fails_fast(make_backend: BackendFactory, sim: SimulatorProcess) -> None:
+    await sim.afaults(fail_next=["429"], retry_after=3)
+    started = time.monotonic()
+    with pytest.raises(Busy) as info:
+        await stream_all(make_backend(total_timeout=2.0))
+    assert time.monotonic() - started < 1.0 and info.value.retry_after == 3
+
+
+async def test_hang_before_first_token_times_out_without_retry(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["hang"])  # headers, then silence until the client leaves
+    started = time.monotonic()
+    with pytest.raises(UpstreamTimeout) as info:
+        await stream_all(make_backend(first_token_timeout=1.0), "responses")
+    elapsed = time.monotonic() - started
+    assert 1.0 <= elapsed < 2.0
+    assert info.value.code == "timeout"
+    assert attempts.outcomes == ["first_token_timeout"]
+    assert await upstream_attempts(sim, "responses") == 1
+    assert (await wait_idle(sim))["aborted"] == 1  # we hung up, so the server stopped
+
+
+async def test_drop_mid_stream_is_an_upstream_error_and_never_retried(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["drop:6"])
+    received: list[LLMDelta] = []
+    with pytest.raises(UpstreamError):
+        async with contextlib.aclosing(make_backend().stream_answer(backend="chat", node="n", messages=USER)) as it:
+            async for delta in it:
+                received.append(delta)
+    assert [d.kind for d in received] == ["reasoning"] * 4 + ["answer"] * 2
+    assert attempts.outcomes == ["failed_mid_stream"]
+    assert await upstream_attempts(sim) == 1
+
+
+async def test_drop_before_the_first_token_is_retried(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["drop:0"])
+    deltas = await stream_all(make_backend())
+    assert deltas[-1].kind == "usage"
+    assert len(attempts.outcomes) == 2 and attempts.outcomes[-1] == "ok"
+    assert await upstream_attempts(sim) == 2
+
+
+async def test_stall_mid_stream_times_out_on_the_gap_without_retry(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["stall:6:5"])
+    started = time.monotonic()
+    with pytest.raises(UpstreamTimeout, match="stopped sending"):
+        await stream_all(make_backend(between_tokens_timeout=0.5))
+    assert time.monotonic() - started < 1.5
+    assert attempts.outcomes == ["stalled"] and await upstream_attempts(sim) == 1
+
+
+async def test_slot_is_released_while_sleeping_between_attempts(
+    make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager
+) -> None:
+    manager.set_limit("chat", 1)
+    await sim.afaults(fail_next=["500"])
+    retrying = asyncio.create_task(stream_all(make_backend(backoff_base=1.0, backoff_max=1.0)))
+    await asyncio.sleep(0.4)  # the first attempt failed within milliseconds; the 1 s backoff is running
+
+    assert not retrying.done()
+    assert manager.stats()["backends"]["chat"]["in_progress"] == 0
+    # With a limit of one, another call can run to completion while the first one backs off.
+    other = await stream_all(make_backend())
+    assert other[-1].kind == "usage" and not retrying.done()
+    assert (await retrying)[-1].kind == "usage"
+    assert await upstream_attempts(sim) == 3
+
+
+async def test_no_free_slot_is_busy_with_retry_after(
+    make_backend: BackendFactory, manager: LLMConcurrencyManager
+) -> None:
+    manager.set_limit("chat", 1)
+    async with manager.acquire("chat"):
+        with pytest.raises(Busy) as info:
+            await stream_all(make_backend(acquire_timeout=0.1))
+    assert info.value.retry_after is not None and info.value.retry_after >= 1
+
+
+@pytest.mark.parametrize("how", ["cancel", "break"])
+async def test_leaving_mid_stream_closes_the_upstream_request_and_frees_the_slot(
+    how: str, make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager
+) -> None:
+    await sim.afaults(fail_next=["stall:6:30"])  # streams 6 tokens, then would sit on a GPU slot for 30 s
+    first_deltas = asyncio.Event()
+
+    async def consume() -> None:
+        seen = 0
+        async with contextlib.aclosing(make_backend().stream_answer(backend="chat", node="n", messages=USER)) as it:
+            async for _ in it:
+                seen += 1
+                if seen == 6:
+                    first_deltas.set()
+                    if how == "break":
+                        break
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first_deltas.wait(), 5)
+    if how == "cancel":
+        await asyncio.sleep(0.1)
+        assert (await sim.astats())["running"] == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    else:
+        await task
+    assert manager.stats()["backends"]["chat"]["in_progress"] == 0
+    stats = await wait_idle(sim, within=1.0)
+    assert stats["aborted"] == 1 and stats["completed"] == 0

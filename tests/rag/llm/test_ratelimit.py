@@ -1,0 +1,111 @@
+"""The requests-per-minute window: never more than the limit in any window, waiting bounded by the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from concurrency.simulator.testing import SimulatorProcess
+from rag.errors import Busy
+from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
+from tests.rag.llm.conftest import USER, BackendFactory
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def assert_window_respected(starts: list[float], limit: int, window: float, slack: float = 0.0) -> None:
+    starts = sorted(starts)
+    for i in range(len(starts) - limit):
+        # start i and start i + limit can never share a window
+        assert starts[i + limit] - starts[i] >= window - slack, (i, starts)
+
+
+async def test_fake_clock_sequence_never_exceeds_the_limit() -> None:
+    fake = FakeTime()
+    limiter = SlidingWindowRPM(lambda _: 5, window=60.0, clock=fake.clock, sleep=fake.sleep)
+    starts = []
+    for _ in range(17):
+        await limiter.wait("chat", max_wait=3600)
+        starts.append(fake.now)
+        fake.now += 7.0  # callers keep coming every 7 s
+    assert_window_respected(starts, 5, 60.0)
+    assert fake.sleeps  # the 6th caller had to wait
+    assert fake.sleeps[0] == pytest.approx(60.0 - 5 * 7.0)
+
+
+async def test_a_wait_longer_than_allowed_fails_at_once_and_takes_no_spot() -> None:
+    fake = FakeTime()
+    limiter = SlidingWindowRPM(lambda _: 2, window=60.0, clock=fake.clock, sleep=fake.sleep)
+    await limiter.wait("chat", 0)
+    await limiter.wait("chat", 0)
+    with pytest.raises(RateLimited) as info:
+        await limiter.wait("chat", max_wait=10)
+    assert info.value.retry_after == pytest.approx(60.0)
+    assert fake.sleeps == []
+    fake.now += 60.0
+    assert await limiter.wait("chat", 0) == 0.0  # the refused call did not book a spot
+    # Backends have separate windows, and 0 means unlimited.
+    assert await SlidingWindowRPM(lambda _: 0).wait("chat", 0) == 0.0
+
+
+async def test_concurrent_callers_with_a_short_real_window() -> None:
+    limiter = SlidingWindowRPM(lambda _: 5, window=0.3)
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+
+    async def call() -> None:
+        await limiter.wait("chat", max_wait=5)
+        starts.append(loop.time())
+
+    began = loop.time()
+    await asyncio.gather(*(call() for _ in range(12)))
+    assert_window_respected(starts, 5, 0.3, slack=0.005)
+    assert 0.6 - 0.01 <= loop.time() - began < 1.0  # three windows' worth of starts: 0, 0.3, 0.6
+
+
+async def test_cancelled_waiter_gives_its_spot_back() -> None:
+    fake = FakeTime()
+    never = asyncio.Event()
+
+    async def blocking_sleep(seconds: float) -> None:
+        await never.wait()
+
+    limiter = SlidingWindowRPM(lambda _: 1, window=60.0, clock=fake.clock, sleep=blocking_sleep)
+    await limiter.wait("chat", 0)
+    waiter = asyncio.create_task(limiter.wait("chat", max_wait=100))
+    await asyncio.sleep(0)
+    assert limiter.next_start("chat") == pytest.approx(120.0)  # the waiter booked the spot at +60
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert limiter.next_start("chat") == pytest.approx(60.0)
+
+
+async def test_policy_waits_for_the_window_and_busy_past_the_deadline(
+    make_backend: BackendFactory, sim: SimulatorProcess
+) -> None:
+    backend = make_backend(rpm={"chat": 2}, rpm_window=0.5, total_timeout=5.0)
+    started = time.monotonic()
+    for _ in range(3):
+        await backend.complete(backend="chat", node="n", messages=USER)
+    assert time.monotonic() - started >= 0.5  # the third call waited for the window
+
+    slow_window = make_backend(rpm={"chat": 1}, rpm_window=30.0, total_timeout=2.0)
+    await slow_window.complete(backend="chat", node="n", messages=USER)
+    with pytest.raises(Busy) as info:
+        await slow_window.complete(backend="chat", node="n", messages=USER)
+    assert info.value.retry_after == pytest.approx(30.0, abs=1.0)
+    assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 4

@@ -1,0 +1,176 @@
+"""response_synth with an LLM: the answer streamed token by token from numbered sources, reasoning on its own
+channel, only cited sources kept, every call's usage emitted and summed, the summary allowed to fail."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from concurrency.simulator.testing import SimulatorProcess
+from rag.deps import PipelineConfig
+from rag.errors import UpstreamError
+from rag.llm_nodes.prompts import CataloguePrompts
+from rag.nodes.response_synth import ResponseSynth
+from tests.rag.llm.conftest import AttemptLog, BackendFactory
+from tests.rag.nodes.support import (
+    ENROL_EN,
+    FORM_ACCOUNT,
+    FORM_HOURS,
+    PASSWORD_EN,
+    answer_text,
+    drain,
+    make_state,
+    make_writer,
+)
+
+CONFIG = PipelineConfig(stream_chunk_chars=5, forms_base_url="/forms/", forms_export_url="/api/forms.csv")
+
+
+def synth(llm: object, prompts: object, **kwargs: object) -> ResponseSynth:
+    return ResponseSynth(
+        stream_chunk_chars=CONFIG.stream_chunk_chars,
+        forms_base_url=CONFIG.forms_base_url,
+        forms_export_url=CONFIG.forms_export_url,
+        max_sentences=5,
+        min_sentences=2,
+        contact_zh="客服 02-0000",
+        contact_en="call 02-0000",
+        llm=llm,
+        prompts=prompts,  # type: ignore[arg-type]
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def faq_state(**fields: object):
+    base = {
+        "normalized_question": "How do I reset my password?",
+        "language": "en",
+        "intent": "simple_faq",
+        "retrieved": [PASSWORD_EN, ENROL_EN],
+        "retrieval_verdict": "relevant",
+        "summary": "The user asked about logging in.",
+    }
+    base.update(fields)
+    return make_state(base["normalized_question"], **base)
+
+
+@pytest.mark.parametrize("backend", ["chat", "responses"])
+async def test_answer_is_streamed_with_reasoning_cited_sources_and_usage(
+    backend: str, make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    state = faq_state(backend=backend)
+    writer, channel = make_writer()
+    await synth(make_backend(), prompts).run(state, writer)
+
+    events = await drain(channel)
+    answer_deltas = [e for e in events if e["channel"] == "answer"]
+    reasoning = [e for e in events if e["channel"] == "reasoning"]
+    assert len(answer_deltas) > 5 and len(reasoning) == 4  # token by token (the simulator thinks 4 tokens)
+    assert events.index(reasoning[-1]) < events.index(answer_deltas[0])
+    assert answer_text(events) == state.answer
+    # The simulator cites every numbered source it was given: [1] and [2], listed under those numbers.
+    assert [s.ref for s in state.sources] == [1, 2]
+    assert [s.doc_id for s in state.sources] == ["en-password-reset", "en-enrolment"]
+    assert state.answer.endswith(
+        "\n\nSources:\n[1] How do I reset my password (https://help.example/en/password-reset)\n"
+        "[2] How to enrol in a course (https://help.example/en/enrolment)"
+    )
+    usages = [e for e in events if e["channel"] == "meta"]
+    assert [e["call"] for e in usages] == ["answer", "summary"]
+    total = {key: sum(e["usage"][key] for e in usages) for key in ("input_tokens", "output_tokens", "total_tokens")}
+    assert state.usage.as_dict() == total and total["total_tokens"] > 0
+    assert state.new_summary and "Q: " not in state.new_summary  # written by the model, not the offline rule
+    answer_request, summary_request = [r["body"] for r in await sim.arequests()]
+    system = answer_request["messages"][0]["content"] if backend == "chat" else answer_request["instructions"]
+    assert "[1] How do I reset my password — If you have forgotten your password" in system
+    assert "The user asked about logging in." in system and "Reply language: en" in system
+    assert answer_request["stream"] is True
+    assert "conversation" in str(summary_request).lower()
+
+
+async def test_only_cited_forms_become_sources_and_attachments(
+    make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    state = faq_state(
+        normalized_question="時數補登申請表在哪裡下載",
+        language="zh-hant",
+        intent="form_download",
+        retrieved=[FORM_HOURS, FORM_ACCOUNT],
+    )
+    await synth(make_backend(), prompts, max_sources=1).run(state, make_writer()[0])
+    assert [(s.ref, s.kind, s.download_url) for s in state.sources] == [(1, "form", "/forms/F-101.pdf")]
+    assert [(a.name, a.url) for a in state.attachments] == [("F-101.pdf", "/forms/F-101.pdf")]
+    assert "資料來源：\n[1] 時數補登申請表" in state.answer
+    [answer_request, _] = [r["body"] for r in await sim.arequests()]
+    assert "(form F-101, download: /forms/F-101.pdf)" in answer_request["messages"][0]["content"]
+
+
+async def test_fixed_replies_stay_offline_but_the_summary_is_written(
+    make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    state = faq_state(normalized_question="Tell me a joke", intent="out_of_scope", should_retrieve=False, retrieved=[])
+    writer, channel = make_writer()
+    await synth(make_backend(), prompts).run(state, writer)
+    assert state.answer.startswith("Sorry, I can only help with questions about the platform")
+    assert [e["call"] for e in await drain(channel) if e["channel"] == "meta"] == ["summary"]
+    assert (await sim.astats())["attempts"] == 1
+
+
+async def test_a_failed_summary_keeps_the_answer(
+    make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    await sim.afaults(fail_next=["ok", "500", "500"])
+    state = faq_state()
+    writer, channel = make_writer()
+    await synth(make_backend(max_attempts=2), prompts).run(state, writer)
+    events = await drain(channel)
+    assert state.answer and answer_text(events) == state.answer
+    assert state.new_summary.startswith("The user asked about logging in. Q: How do I reset my password? A: ")
+    [status] = [e for e in events if e["channel"] == "status" and e["stage"] == "summary"]
+    assert (status["summary_source"], status["fallback_reason"]) == ("rules_fallback", "upstream_error")
+    assert [e["call"] for e in events if e["channel"] == "meta"] == ["answer"]
+
+
+async def test_upstream_failure_of_the_answer_is_the_requests_failure(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog, prompts: CataloguePrompts
+) -> None:
+    await sim.afaults(fail_next=["500", "500"])
+    with pytest.raises(UpstreamError, match="HTTP 500, 2 attempt"):
+        await synth(make_backend(max_attempts=2), prompts).run(faq_state(), make_writer()[0])
+    assert attempts.count == 2
+
+
+async def test_an_unavailable_prompt_gives_the_offline_answer(
+    make_backend: BackendFactory, sim: SimulatorProcess
+) -> None:
+    class Broken:
+        async def get(self, name: str) -> object:
+            raise RuntimeError("registry down")
+
+    state = faq_state()
+    writer, channel = make_writer()
+    await synth(make_backend(), Broken()).run(state, writer)
+    events = await drain(channel)
+    assert "[1]" in state.answer and answer_text(events) == state.answer
+    generate = [e for e in events if e["channel"] == "status" and e["stage"] == "generate"]
+    assert (generate[0]["answer_source"], generate[0]["fallback_reason"]) == ("rules_fallback", "prompt_unavailable")
+    assert (await sim.astats())["attempts"] == 0
+
+
+async def test_cancelling_mid_answer_closes_the_upstream_stream(
+    make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    # The answer stalls for 30 s after two tokens: the client leaves before that.
+    await sim.afaults(fail_next=["stall:2:30"])
+    writer, channel = make_writer()
+    task = asyncio.create_task(synth(make_backend(), prompts).run(faq_state(), writer))
+    event = await channel.get(5.0)
+    while event["channel"] == "status":
+        event = await channel.get(5.0)
+    assert event["channel"] == "reasoning"
+    assert (await sim.astats())["running"] == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The `sim` and `manager` fixtures check, after the test, that nothing runs upstream and no slot is held.

@@ -1,0 +1,56 @@
+import pytest
+
+from rag.nodes.retrieval_checker import RetrievalChecker
+from tests.rag.nodes.support import ENROL_EN, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH, chunk, make_state, make_writer
+
+
+def checker(*, min_score=0.0, min_overlap=0.4, max_loops=2) -> RetrievalChecker:
+    return RetrievalChecker(min_score=min_score, min_overlap=min_overlap, max_loops=max_loops, top_n=3)
+
+
+async def test_relevant_when_a_top_chunk_contains_the_key_terms():
+    state = make_state(normalized_question="如何重設密碼?", retrieved=[PASSWORD_ZH])
+    assert await checker().run(state, make_writer()[0]) == "relevant"
+    assert state.retrieval_verdict == "relevant"
+
+
+async def test_unrelated_chunks_retry_then_fall_back():
+    node = checker()
+    verdicts = []
+    for loops in range(3):
+        state = make_state(normalized_question="How do I reset my password?", retrieved=[ENROL_EN], loops=loops)
+        verdicts.append(await node.run(state, make_writer()[0]))
+    assert verdicts == ["retry", "retry", "fallback"]
+
+
+async def test_nothing_retrieved_is_not_relevant():
+    state = make_state(normalized_question="x", retrieved=[], loops=2)
+    assert await checker().run(state, make_writer()[0]) == "fallback"
+
+
+async def test_score_floor():
+    low = chunk("en-password-reset#0", PASSWORD_EN.text, score=0.1, title=PASSWORD_EN.title)
+    state = make_state(normalized_question="How do I reset my password?", retrieved=[low])
+    assert await checker(min_score=0.5).run(state, make_writer()[0]) == "retry"
+    assert await checker(min_score=0.05).run(state, make_writer()[0]) == "relevant"
+
+
+async def test_a_lower_ranked_precise_chunk_counts():
+    state = make_state(normalized_question="How do I reset my password?", retrieved=[ENROL_EN, PASSWORD_EN])
+    assert await checker().run(state, make_writer()[0]) == "relevant"
+
+
+async def test_the_search_query_judges_a_tell_me_more():
+    state = make_state(normalized_question="詳細一點", search_query="如何重設密碼?", retrieved=[PASSWORD_ZH])
+    assert await checker().run(state, make_writer()[0]) == "relevant"
+
+
+@pytest.mark.parametrize(("intent", "verdict"), [("form_download", "relevant"), ("form_export", "relevant")])
+async def test_any_form_is_enough_for_form_intents(intent, verdict):
+    state = make_state(normalized_question="我要下載表單", intent=intent, retrieved=[FORM_HOURS])
+    assert await checker().run(state, make_writer()[0]) == verdict
+
+
+async def test_max_loops_zero_never_retries():
+    state = make_state(normalized_question="How do I reset my password?", retrieved=[ENROL_EN])
+    assert await checker(max_loops=0).run(state, make_writer()[0]) == "fallback"

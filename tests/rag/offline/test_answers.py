@@ -1,0 +1,125 @@
+from rag.offline import answers
+from rag.state import RetrievedChunk
+from tests.rag.nodes.support import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH
+
+
+def test_extractive_answer_cites_each_sentence_and_lists_only_cited_sources():
+    result = answers.extractive_answer("How do I reset my password?", [PASSWORD_EN, ENROL_EN], language="en")
+    assert result is not None
+    body, _, block = result.text.partition("\n\nSources:\n")
+    assert body.count("[1]") >= 2
+    assert "[2]" not in body  # the enrolment chunk shares no word with the question
+    assert block == "[1] How do I reset my password (https://help.example/en/password-reset)"
+    assert [s.ref for s in result.sources] == [1]
+
+
+def test_extractive_answer_keeps_the_articles_order_of_sentences():
+    result = answers.extractive_answer("如何重設密碼？", [PASSWORD_ZH], language="zh-hant")
+    assert result is not None
+    body = answers.answer_body(result.text)
+    assert body.index("忘記密碼") < body.index("新密碼")
+    assert body.endswith("[1]。")
+
+
+def test_extractive_answer_prefers_the_question_language():
+    result = answers.extractive_answer("如何重設密碼？", [PASSWORD_EN, PASSWORD_ZH], language="zh-hant")
+    assert result is not None
+    assert [s.doc_id for s in result.sources] == ["zh-password-reset"]
+
+
+def test_two_chunks_of_one_article_share_a_number():
+    second = RetrievedChunk(
+        chunk_id="zh-password-reset#1",
+        doc_id="zh-password-reset",
+        title="如何重設密碼",
+        url=PASSWORD_ZH.url,
+        text="新密碼長度至少 12 個字元，密碼須包含數字。",
+        score=0.5,
+        language="zh-hant",
+    )
+    result = answers.extractive_answer("密碼規則", [PASSWORD_ZH, second], language="zh-hant")
+    assert result is not None
+    assert len(result.sources) == 1
+
+
+def test_cite_puts_the_marker_before_closing_punctuation():
+    assert answers.cite("連結有效 30 分鐘。", 2, "zh-hant") == "連結有效 30 分鐘[2]。"
+    assert answers.cite("The link is valid for 30 minutes.", 1, "en") == "The link is valid for 30 minutes [1]."
+    assert answers.cite("No punctuation", 1, "en") == "No punctuation [1]."
+
+
+def test_forms_answer_links_the_named_form_and_attaches_it():
+    result = answers.forms_answer(
+        "時數補登申請表在哪裡下載",
+        [FORM_ACCOUNT, FORM_HOURS],
+        language="zh-hant",
+        forms_base_url="/forms/",
+        contact="x",
+    )
+    assert "[下載](/forms/F-101.pdf)" in result.text
+    assert "F-103" not in result.text
+    assert [(a.name, a.url, a.media_type) for a in result.attachments] == [
+        ("F-101.pdf", "/forms/F-101.pdf", "application/pdf")
+    ]
+    assert result.sources[0].kind == "form"
+    assert result.sources[0].download_url == "/forms/F-101.pdf"
+
+
+def test_forms_answer_lists_every_form_for_a_generic_request():
+    result = answers.forms_answer(
+        "我要下載表單", [FORM_ACCOUNT, FORM_HOURS], language="zh-hant", forms_base_url="/f/", contact="x"
+    )
+    assert len(result.attachments) == 2
+
+
+def test_form_download_url_uses_the_file_name_under_the_base_url():
+    chunk = RetrievedChunk(
+        chunk_id="f",
+        doc_id="f",
+        title="t",
+        url="u",
+        text="",
+        score=1,
+        kind="form",
+        form_id="F-1",
+        form_file="forms/hours correction.pdf",
+    )
+    assert answers.form_download_url(chunk, "/forms/") == "/forms/hours%20correction.pdf"
+
+
+def test_forms_answer_without_forms_is_honest():
+    result = answers.forms_answer("表單", [], language="en", forms_base_url="/f/", contact="call us")
+    assert "couldn't find a matching form" in result.text
+    assert "call us" in result.text
+
+
+def test_export_of_named_forms_lists_their_ids():
+    result = answers.export_answer(
+        "匯出時數補登的表單", [FORM_HOURS, FORM_ACCOUNT], language="zh-hant", export_url="/x.csv"
+    )
+    assert result.attachments[0].url == "/x.csv?ids=F-101"
+    assert result.attachments[0].media_type == "text/csv"
+    assert "/x.csv?ids=F-101" in result.text
+
+
+def test_export_of_all_forms_has_no_ids():
+    result = answers.export_answer(
+        "匯出所有表單清單", [FORM_HOURS, FORM_ACCOUNT], language="zh-hant", export_url="/x.csv"
+    )
+    assert result.attachments[0].url == "/x.csv"
+
+
+def test_no_answer_mentions_contact_and_related_articles():
+    result = answers.no_answer("密碼多久過期", [PASSWORD_ZH, ENROL_EN], language="zh-hant", contact="客服 123")
+    assert "找不到" in result.text
+    assert "客服 123" in result.text
+    assert [s.doc_id for s in result.sources] == ["zh-password-reset"]
+
+
+def test_summary_keeps_the_newest_turns_within_the_cap():
+    summary = ""
+    for i in range(30):
+        summary = answers.updated_summary(summary, f"question {i}", f"Answer number {i} [1].\n\nSources:\n[1] t (u)")
+    assert len(summary) <= 500
+    assert summary.startswith("Q: ")
+    assert summary.endswith("Q: question 29 A: Answer number 29.")

@@ -1,0 +1,69 @@
+from rag.offline import followup
+from rag.offline.transforms import split_answer, transform_previous_answer
+
+PREVIOUS = (
+    "忘記密碼時可以自行重設[1]。在登入頁面點選「忘記密碼」[1]。連結有效時間為 30 分鐘[1]。帳號會被鎖住 15 分鐘[2]。"
+    "\n\n資料來源：\n[1] 如何重設密碼 (https://help.example/zh/password-reset)\n"
+    "[2] 帳號被鎖住怎麼辦 (https://help.example/zh/account-locked)"
+)
+
+
+def test_sources_block_is_read_back():
+    body, sources = split_answer(PREVIOUS)
+    assert body.endswith("15 分鐘[2]。")
+    assert [(s.ref, s.title, s.url) for s in sources] == [
+        (1, "如何重設密碼", "https://help.example/zh/password-reset"),
+        (2, "帳號被鎖住怎麼辦", "https://help.example/zh/account-locked"),
+    ]
+
+
+async def test_summary_keeps_whole_sentences_and_only_the_sources_still_cited():
+    result = await transform_previous_answer(
+        PREVIOUS, followup.SUMMARIZE, language="zh-hant", summary_chars=40, shorten_chars=400
+    )
+    assert result.text.startswith(
+        "忘記密碼時可以自行重設[1]。在登入頁面點選「忘記密碼」[1]。\n\n資料來源：\n[1] 如何重設密碼"
+    )
+    assert "[2]" not in result.text
+    assert [s.ref for s in result.sources] == [1]
+
+
+async def test_shorten_halves_at_most():
+    result = await transform_previous_answer(
+        PREVIOUS, followup.SHORTEN, language="zh-hant", summary_chars=200, shorten_chars=400
+    )
+    body, _ = split_answer(result.text)
+    assert len(body) <= len(split_answer(PREVIOUS)[0]) // 2 + 20
+
+
+async def test_traditional_to_simplified():
+    result = await transform_previous_answer(
+        PREVIOUS, followup.TRANSLATE_ZH_HANS, language="zh-hans", summary_chars=200, shorten_chars=400
+    )
+    assert "忘记密码时可以自行重设[1]" in result.text
+    assert "资料来源：" in result.text
+    assert result.sources[0].title == "如何重设密码"
+
+
+async def test_english_translation_is_declined_honestly_with_the_answer_kept():
+    result = await transform_previous_answer(
+        PREVIOUS, followup.TRANSLATE_EN, language="en", summary_chars=200, shorten_chars=400
+    )
+    assert result.text.startswith("Sorry, translating between Chinese and English needs a language model")
+    assert result.text.endswith(PREVIOUS)
+    assert len(result.sources) == 2
+
+
+async def test_asking_for_the_language_it_is_already_in_returns_it():
+    english = "Open the link [1].\n\nSources:\n[1] Reset (https://help.example/en)"
+    result = await transform_previous_answer(
+        english, followup.TRANSLATE_EN, language="en", summary_chars=200, shorten_chars=400
+    )
+    assert result.text == english
+
+
+async def test_no_previous_answer():
+    result = await transform_previous_answer(
+        "", followup.SUMMARIZE, language="en", summary_chars=200, shorten_chars=400
+    )
+    assert "no previous answer" in result.text

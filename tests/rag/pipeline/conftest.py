@@ -1,0 +1,117 @@
+"""The whole default workflow through PipelineRuntime/PipelineRun with an LLM backend pointed at the vLLM
+simulator (real SDK over loopback HTTP), retrieving from a real local store of the demo corpus."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from concurrency.manager import LLMConcurrencyManager
+from concurrency.simulator.testing import SimulatorProcess
+from rag.deps import PipelineConfig, PipelineDeps
+from rag.events import TERMINAL_CHANNELS, Event
+from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
+from rag.llm_nodes.prompts import CataloguePrompts
+from rag.nodes import build_registry
+from rag.runtime import AskRequest, PipelineRuntime
+from rag.workflows.default import default_workflow
+from tests.rag.llm.conftest import attempts, manager, wait_idle  # noqa: F401 - fixtures, used by name
+
+# Four reasoning tokens before every answer, answers long enough to cite sources, fast tokens.
+PIPELINE_SIM_FLAGS: dict[str, Any] = {
+    "ttft_ms": 5,
+    "tpot_ms": 2,
+    "output_tokens": 40,
+    "reasoning_tokens": 4,
+    "max_num_seqs": 8,
+}
+
+
+@pytest.fixture(scope="session")
+def pipeline_simulator() -> Iterator[SimulatorProcess]:
+    with SimulatorProcess().start(**PIPELINE_SIM_FLAGS) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+async def sim(pipeline_simulator: SimulatorProcess) -> AsyncIterator[SimulatorProcess]:
+    await pipeline_simulator.areset()
+    yield pipeline_simulator
+    # Nothing may be left running upstream after a run, whatever ended it.
+    await wait_idle(pipeline_simulator)
+    assert await pipeline_simulator.ametric("vllm:num_requests_running") == 0
+
+
+@pytest.fixture(scope="session")
+def demo_retriever(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The demo corpus indexed into a store of this folder's own (local mode locks its directory)."""
+    from rag.retrieval.embedding import LexicalEmbedder
+    from rag.retrieval.indexer import build_index
+    from rag.retrieval.markdown import load_markdown_dir
+    from rag.retrieval.retriever import StoreRetriever
+    from rag.retrieval.store import VectorStore
+
+    store = VectorStore.open("helpcentre", path=Path(tmp_path_factory.mktemp("pipeline")) / "qdrant")
+    embedder = LexicalEmbedder()
+    build_index(load_markdown_dir(settings.CORPUS_DIR), store, embedder)
+    yield StoreRetriever(store, embedder)
+    store.close()
+
+
+RuntimeFactory = Callable[..., PipelineRuntime]
+
+
+@pytest.fixture
+def make_runtime(sim: SimulatorProcess, manager: LLMConcurrencyManager, demo_retriever: Any) -> RuntimeFactory:  # noqa: F811
+    """``make_runtime(first_token_timeout=1.0, max_attempts=3)``: LLMConfig and CallPolicyConfig fields mixed."""
+
+    def build(**overrides: Any) -> PipelineRuntime:
+        llm_args: dict[str, Any] = {
+            "base_url": sim.base_url,
+            "api_key": "test",
+            "chat_model": "sim-chat",
+            "first_token_timeout": 5.0,
+            "between_tokens_timeout": 5.0,
+            "total_timeout": 20.0,
+        }
+        policy_args: dict[str, Any] = {"max_attempts": 3, "backoff_base": 0.01, "backoff_max": 0.05, "jitter": False}
+        for key, value in overrides.items():
+            (llm_args if key in LLMConfig.__dataclass_fields__ else policy_args)[key] = value
+        deps = PipelineDeps(
+            retriever=demo_retriever,
+            config=PipelineConfig(),
+            llm=LLMBackend(LLMConfig(**llm_args), CallPolicyConfig(**policy_args)),
+            prompts=CataloguePrompts(),
+        )
+        return PipelineRuntime(
+            registry=build_registry(),
+            deps_factory=lambda: deps,
+            default_workflow=default_workflow(),
+            stream_timeout=60.0,
+        )
+
+    return build
+
+
+async def ask(runtime: PipelineRuntime, question: str, *, backend: str = "chat", **request: Any) -> list[Event]:
+    run = await runtime.start(AskRequest(question=question, backend=backend, **request))
+    return [event async for event in run.events()]
+
+
+def check_stream(events: list[Event]) -> Event:
+    """What every stream must be: seq 1..n without gaps, one request id, exactly one terminal event, last."""
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert len({e["request_id"] for e in events}) == 1
+    assert all(e["source"] == "ask_stream" for e in events)
+    terminals = [e for e in events if e["channel"] in TERMINAL_CHANNELS]
+    assert len(terminals) == 1 and terminals[0] is events[-1], terminals
+    return events[-1]
+
+
+def usage_total(events: list[Event]) -> dict[str, int]:
+    usages = [e["usage"] for e in events if e["channel"] == "meta" and e["stage"] == "usage"]
+    return {key: sum(u[key] for u in usages) for key in ("input_tokens", "output_tokens", "total_tokens")}

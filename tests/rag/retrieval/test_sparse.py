@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+
+import pytest
+
+from rag.retrieval.sparse import BM25Encoder, BM25Params, token_id
+
+
+def test_token_ids_are_stable_31_bit_crc32() -> None:
+    assert token_id("密碼") == zlib.crc32("密碼".encode()) & 0x7FFFFFFF
+    assert 0 <= token_id("password") < 2**31
+
+
+def test_document_weights_follow_bm25_saturation() -> None:
+    encoder = BM25Encoder(BM25Params(k1=1.2, b=0.75))
+    counts = Counter({token_id("a"): 1, token_id("b"): 3})  # dl = 4
+    vector = encoder.document_vector(counts, avgdl=8.0)
+    norm = 1.2 * (1 - 0.75 + 0.75 * 4 / 8.0)
+    expected = {token_id("a"): 1 * 2.2 / (1 + norm), token_id("b"): 3 * 2.2 / (3 + norm)}
+    assert vector.indices == sorted(expected)
+    assert vector.values == pytest.approx([expected[i] for i in vector.indices])
+
+
+def test_longer_documents_weigh_a_term_less() -> None:
+    encoder = BM25Encoder()
+    short, long = encoder.encode_documents(["密碼", "密碼 " + "課程 " * 50])[0]
+    tid = token_id("密")
+    assert short.values[short.indices.index(tid)] > long.values[long.indices.index(tid)]
+
+
+def test_avgdl_is_computed_over_the_corpus() -> None:
+    encoder = BM25Encoder()
+    vectors, avgdl = encoder.encode_documents(["重設密碼", "reset password now"])
+    # 4 CJK unigrams + 3 bigrams = 7 tokens; "reset", "password", "now" = 3 tokens
+    assert avgdl == pytest.approx(5.0)
+    assert all(v.indices == sorted(v.indices) for v in vectors)
+
+
+def test_query_has_weight_one_per_distinct_token_and_drops_english_stopwords() -> None:
+    query = BM25Encoder().encode_query("How do I reset my password password?")
+    assert sorted(query.indices) == sorted({token_id("reset"), token_id("password")})
+    assert query.values == [1.0, 1.0]
+
+
+def test_number_and_cjk_joins_are_tokens() -> None:
+    query = BM25Encoder().encode_query("30分鐘")
+    assert token_id("30分") in query.indices

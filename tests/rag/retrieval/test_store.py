@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rag.retrieval.embedding import LexicalEmbedder
+from rag.retrieval.indexer import build_index, chunk_documents, point_id
+from rag.retrieval.markdown import Document
+from rag.retrieval.sparse import BM25Encoder
+from rag.retrieval.store import SEARCH_MODES, StoreError, StoreLockedError, StorePoint, VectorStore
+
+ENCODER = BM25Encoder()
+
+
+def ask(store: VectorStore, embedder: LexicalEmbedder, query: str, **kwargs: object) -> list[str]:
+    hits = store.search(
+        embedder.embed_query(query),
+        ENCODER.encode_query(query),
+        limit=kwargs.pop("limit", 3),
+        **kwargs,  # type: ignore[arg-type]
+    )
+    return [hit.payload["doc_id"] for hit in hits]
+
+
+def test_empty_store(store: VectorStore, embedder: LexicalEmbedder) -> None:
+    assert store.live_collection() is None
+    assert store.is_empty()
+    assert store.count() == 0
+    assert store.metadata() == {}
+    for mode in SEARCH_MODES:
+        assert ask(store, embedder, "密碼", mode=mode) == []
+
+
+def test_build_writes_payload_metadata_and_alias(
+    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    report = build_index(documents, store, embedder)
+    chunks = chunk_documents(documents)
+    assert (report.documents, report.chunks, report.replaced) == (5, len(chunks), None)
+    assert store.live_collection() == report.collection
+    assert report.collection.startswith("helpcentre__")
+    assert store.count() == len(chunks)
+    meta = store.metadata()
+    assert meta["embedder"] == embedder.name
+    assert meta["bm25"]["avgdl"] == pytest.approx(report.avgdl)
+    assert meta["chunks"] == len(chunks)
+    hit = store.search(None, ENCODER.encode_query("F-103 申請表"), limit=1)[0]
+    assert hit.point_id == point_id(hit.payload["chunk_id"])
+    payload = hit.payload
+    assert payload["kind"] == "form" and payload["form_id"] == "F-103"
+    assert payload["tags"] == ["form", "account"]
+    assert len(payload["content_hash"]) == 64
+    assert {"chunk_id", "doc_id", "title", "url", "heading", "text", "language"} <= set(payload)
+
+
+def test_reindex_switches_alias_and_drops_old_build(
+    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    first = build_index(documents, store, embedder)
+    second = build_index(documents[:2], store, embedder)
+    assert second.replaced == first.collection
+    assert store.builds() == [second.collection]
+    assert store.count() == second.chunks
+
+
+def test_search_during_a_build_sees_the_old_complete_index(
+    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    old = build_index([d for d in documents if d.doc_id != "zh-enrolment"], store, embedder)
+    assert "zh-enrolment" not in ask(store, embedder, "報名課程")
+    # a half-written build: created and partly filled, not yet activated
+    building = store.create_build(dim=embedder.dim)
+    chunks = chunk_documents(documents)[:2]
+    vectors, _ = ENCODER.encode_documents([c.embed_text for c in chunks])
+    store.upsert(
+        building,
+        [
+            StorePoint(point_id(c.chunk_id), embedder.embed_query(c.embed_text), v, {"doc_id": c.doc_id})
+            for c, v in zip(chunks, vectors, strict=True)
+        ],
+    )
+    assert store.live_collection() == old.collection
+    assert store.count() == old.chunks
+    assert "zh-enrolment" not in ask(store, embedder, "報名課程")
+    with pytest.raises(StoreError):
+        store.drop(old.collection)  # the live build cannot be dropped
+    store.drop(building)
+    # then a complete build goes live in one switch
+    build_index(documents, store, embedder)
+    assert ask(store, embedder, "報名課程", limit=1) == ["zh-enrolment"]
+
+
+def test_failed_build_is_dropped_and_live_index_kept(
+    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    good = build_index(documents, store, embedder)
+
+    class Broken(LexicalEmbedder):
+        def embed_documents(self, texts: object) -> list[list[float]]:
+            raise RuntimeError("embedding server down")
+
+    with pytest.raises(RuntimeError, match="embedding server down"):
+        build_index(documents, store, Broken(dim=embedder.dim))
+    assert store.builds() == [good.collection]
+    assert store.live_collection() == good.collection
+
+
+def test_no_documents_is_refused(store: VectorStore, embedder: LexicalEmbedder) -> None:
+    with pytest.raises(ValueError, match="no documents"):
+        build_index([], store, embedder)
+
+
+def test_upsert_refuses_foreign_collections(store: VectorStore) -> None:
+    with pytest.raises(StoreError):
+        store.upsert("someone_else", [])
+
+
+@pytest.mark.parametrize("mode", SEARCH_MODES)
+def test_filters_on_language_and_kind(indexed_store: VectorStore, embedder: LexicalEmbedder, mode: str) -> None:
+    docs = ask(indexed_store, embedder, "password 密碼", limit=10, mode=mode, language="en")
+    assert docs and all(d.startswith("en-") for d in docs)
+    docs = ask(indexed_store, embedder, "帳號 電子郵件", limit=10, mode=mode, kind="form")
+    assert docs == ["forms/zh-form-account-data-change"]
+
+
+@pytest.mark.parametrize("mode", SEARCH_MODES)
+def test_memory_engine_matches_qdrant_query_api(
+    tmp_path: Path, documents: list[Document], embedder: LexicalEmbedder, mode: str
+) -> None:
+    """Local mode answers from numpy; the same request through Qdrant's Query API must rank the same."""
+    with VectorStore.open("helpcentre", path=tmp_path / "q", engine="memory") as memory:
+        build_index(documents, memory, embedder)
+        queries = ["忘記密碼怎麼辦", "How do I reset my password?", "課程報名截止", "classroom approval", "F-103"]
+        expected = {
+            q: [
+                (h.point_id, h.score)
+                for h in memory.search(embedder.embed_query(q), ENCODER.encode_query(q), limit=5, mode=mode)
+            ]  # type: ignore[arg-type]
+            for q in queries
+        }
+    with VectorStore.open("helpcentre", path=tmp_path / "q", engine="qdrant") as qdrant:
+        for q in queries:
+            hits = qdrant.search(embedder.embed_query(q), ENCODER.encode_query(q), limit=5, mode=mode)  # type: ignore[arg-type]
+            got = [(h.point_id, h.score) for h in hits]
+            assert [p for p, _ in got] == [p for p, _ in expected[q]], q
+            assert [s for _, s in got] == pytest.approx([s for _, s in expected[q]], rel=1e-4), q
+
+
+def test_locked_store_raises_a_clear_error(store: VectorStore) -> None:
+    with pytest.raises(StoreLockedError, match="locked by another process, probably the running server") as info:
+        VectorStore.open("helpcentre", path=store.location)
+    assert info.value.path == Path(store.location)
+
+
+def test_reopening_keeps_the_index(tmp_path: Path, documents: list[Document], embedder: LexicalEmbedder) -> None:
+    with VectorStore.open("helpcentre", path=tmp_path / "q") as first:
+        report = build_index(documents, first, embedder)
+    with VectorStore.open("helpcentre", path=tmp_path / "q") as again:
+        assert again.count() == report.chunks
+        assert ask(again, embedder, "忘記密碼", limit=1) == ["zh-password-reset"]
+
+
+def test_unknown_mode_is_rejected(indexed_store: VectorStore) -> None:
+    with pytest.raises(ValueError, match="mode must be one of"):
+        indexed_store.search(None, ENCODER.encode_query("x"), limit=3, mode="magic")  # type: ignore[arg-type]

@@ -1,0 +1,108 @@
+"""A local vector store on tmp_path with a small indexed corpus, and semantic caches over it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rag.retrieval.embedding import LexicalEmbedder
+from rag.retrieval.indexer import build_index
+from rag.retrieval.markdown import load_markdown_dir
+from rag.retrieval.store import VectorStore
+from rag.semcache.cache import SemanticCache, build_semantic_cache
+from tests.rag.retrieval.conftest import write_corpus
+
+PASSWORD_SOURCES = [
+    {"ref": 1, "doc_id": "zh-password-reset", "title": "如何重設密碼", "url": "https://help.example/zh/password-reset"}
+]
+ENROL_SOURCES = [
+    {"ref": 1, "doc_id": "zh-enrolment", "title": "如何報名課程", "url": "https://help.example/zh/enrolment"}
+]
+
+
+class FakeClock:
+    """Epoch seconds that move only when told to."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class PromptVersions:
+    """A prompt registry stand-in whose production version a test can move."""
+
+    def __init__(self, version: str = "unified-agent-system@1") -> None:
+        self.version = version
+
+    async def __call__(self) -> str:
+        return self.version
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def embedder() -> LexicalEmbedder:
+    # the production dimensions: the default threshold was measured with them
+    return LexicalEmbedder()
+
+
+@pytest.fixture
+def corpus_dir(tmp_path: Path) -> Path:
+    return write_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture
+def store(tmp_path: Path, corpus_dir: Path, embedder: LexicalEmbedder) -> Iterator[VectorStore]:
+    with VectorStore.open("helpcentre", path=tmp_path / "qdrant") as opened:
+        build_index(load_markdown_dir(corpus_dir), opened, embedder)
+        yield opened
+
+
+@pytest.fixture
+def make_cache(
+    store: VectorStore, embedder: LexicalEmbedder, clock: FakeClock
+) -> Iterator[Callable[..., SemanticCache]]:
+    built: list[SemanticCache] = []
+
+    def make(**options: Any) -> SemanticCache:
+        # background timers far away: tests flush and purge explicitly
+        options = {"clock": clock, "flush_interval": 3600.0, "purge_interval": 3600.0, **options}
+        cache = build_semantic_cache(store, embedder, index_version_ttl=0.0, **options)
+        built.append(cache)
+        return cache
+
+    yield make
+    for cache in built:
+        cache.close()
+
+
+@pytest.fixture
+def semantic_cache(make_cache: Callable[..., SemanticCache]) -> SemanticCache:
+    return make_cache()
+
+
+async def remember(
+    cache: SemanticCache,
+    question: str,
+    *,
+    language: str = "zh-hant",
+    answer: str = "在登入頁點選「忘記密碼」[1]。",
+    sources: list[dict[str, Any]] | None = None,
+) -> None:
+    """Store an answer and wait until the writer thread has written it."""
+    await cache.store(
+        question, language=language, answer=answer, sources=PASSWORD_SOURCES if sources is None else sources
+    )
+    assert await asyncio.to_thread(cache.wait_idle, 10.0)

@@ -1,0 +1,51 @@
+"""PipelineRun: one terminal event whatever happens, including a cancel before the task first runs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rag.deps import PipelineDeps
+from rag.nodes import build_registry
+from rag.runtime import AskRequest, PipelineRuntime
+from rag.workflows.default import default_workflow
+from tests.rag.nodes.support import InMemoryRetriever
+
+
+def _runtime() -> PipelineRuntime:
+    return PipelineRuntime(
+        registry=build_registry(),
+        deps_factory=lambda: PipelineDeps(retriever=InMemoryRetriever()),
+        default_workflow=default_workflow(),
+    )
+
+
+async def test_cancel_before_the_task_starts_still_ends_the_stream_at_once() -> None:
+    run = await _runtime().start(AskRequest(question="How do I reset my password?"))
+    run.cancel("cancelled by the client")
+    events = [event async for event in run.events()]
+    assert [e["channel"] for e in events] == ["error"]
+    assert events[0]["code"] == "cancelled"
+    assert events[0]["seq"] == 1
+
+
+async def test_cancel_mid_run_ends_with_one_cancelled_terminal() -> None:
+    run = await _runtime().start(AskRequest(question="How do I reset my password?"))
+    events = []
+    async for event in run.events():
+        events.append(event)
+        if len(events) == 3:
+            run.cancel()
+    terminals = [e for e in events if e["channel"] in ("meta_summary", "error")]
+    assert len(terminals) == 1
+    assert terminals[0]["channel"] == "error"
+    assert terminals[0]["code"] == "cancelled"
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_closing_the_event_iterator_early_cancels_the_pipeline_task() -> None:
+    run = await _runtime().start(AskRequest(question="How do I reset my password?"))
+    events = run.events()
+    await anext(events)
+    await events.aclose()
+    await asyncio.sleep(0)
+    assert run.done

@@ -1,0 +1,163 @@
+"""A worker's sync task: published drafts become the runtime's workflows, unpublishing returns the default."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from rag.deps import PipelineDeps
+from rag.nodes import build_registry
+from rag.runtime import AskRequest, PipelineRuntime
+from rag.workflows import live, selectors, services
+from rag.workflows.default import default_workflow
+from tests.rag.nodes.support import InMemoryRetriever
+from tests.rag.workflows.conftest import LEAN_NODES, lean_graph
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_runtime() -> PipelineRuntime:
+    return PipelineRuntime(
+        registry=build_registry(),
+        deps_factory=lambda: PipelineDeps(retriever=InMemoryRetriever()),
+        default_workflow=default_workflow(),
+    )
+
+
+def node_ids(runtime: PipelineRuntime, backend: str) -> list[str]:
+    return [node.id for node in runtime.workflow_for(backend).nodes]
+
+
+async def test_publish_and_unpublish_switch_the_runtime_and_precompile() -> None:
+    runtime = make_runtime()
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    assert await sync.check() is False  # nothing published: the default stays
+    assert runtime.workflow_for("chat").name == "default"
+
+    draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph("lean"))
+    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
+    assert await sync.check() is True
+    assert node_ids(runtime, "chat") == list(LEAN_NODES)
+    assert runtime.workflow_for("responses").name == "default"
+    assert sync.applied == {"chat": (draft.pk, 1)}
+    misses = runtime.graph_cache.misses
+    await runtime.start(AskRequest(question="hello", backend="chat"))
+    assert runtime.graph_cache.misses == misses  # compiled before the switch, not by the first request
+
+    assert await sync.check() is False  # nothing changed, nothing done
+
+    await sync_to_async(services.workflow_draft_unpublish)(draft_id=draft.pk)
+    assert await sync.check() is True
+    assert runtime.workflow_for("chat").name == "default"
+    assert sync.applied == {}
+
+
+async def test_a_run_in_flight_keeps_the_graph_it_started_with() -> None:
+    runtime = make_runtime()
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    await sync.check()
+    before = await runtime.start(AskRequest(question="How do I reset my password?"))
+    draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
+    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
+    await sync.check()
+    after = await runtime.start(AskRequest(question="How do I reset my password?"))
+    events_before = [e async for e in before.events()]
+    events_after = [e async for e in after.events()]
+    assert "cache_lookup" in {e["node"] for e in events_before}
+    assert "cache_lookup" not in {e["node"] for e in events_after}
+    assert events_before[-1]["channel"] == events_after[-1]["channel"] == "meta_summary"
+
+
+async def test_a_rebuilt_runtime_gets_the_published_workflow_again() -> None:
+    runtimes = [make_runtime()]
+    sync = live.WorkflowSync(runtime_getter=lambda: runtimes[-1], shared_cache=False)
+    draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
+    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="responses")
+    await sync.check()
+    runtimes.append(make_runtime())  # reset_runtime() after a reindex builds a new one
+    assert await sync.check() is True
+    assert node_ids(runtimes[-1], "responses") == list(LEAN_NODES)
+
+
+async def test_with_a_shared_cache_an_unchanged_generation_costs_no_database_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime = make_runtime()
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=True)
+    reads: list[int] = []
+    real_signature = selectors.workflow_published_signature
+
+    def counted() -> selectors.PublishedSignature:
+        reads.append(1)
+        return real_signature()
+
+    monkeypatch.setattr(selectors, "workflow_published_signature", counted)
+    await sync.check()
+    assert len(reads) == 1
+    for _ in range(3):
+        await sync.check()
+    assert len(reads) == 1  # the generation did not move: one cache read per check, nothing else
+
+    draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
+    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")  # bumps on commit
+    assert await sync.check() is True
+    assert len(reads) == 2
+    assert node_ids(runtime, "chat") == list(LEAN_NODES)
+
+
+async def test_a_publish_in_this_process_wakes_the_task_at_once() -> None:
+    runtime = make_runtime()
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False, interval=30.0)
+    live.workflow_sync_start(sync)
+    try:
+        await asyncio.wait_for(sync.loaded.wait(), 5)
+        draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
+        await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
+        for _ in range(100):  # well under the 30 s tick: only the nudge can have done it
+            if runtime.workflow_for("chat").name == "lean":
+                break
+            await asyncio.sleep(0.02)
+        assert runtime.workflow_for("chat").name == "lean"
+    finally:
+        await live.workflow_sync_stop()
+
+
+async def test_the_asgi_wrapper_starts_one_task_and_holds_no_connection_back(settings: Any) -> None:
+    settings.RAG_WORKFLOW_SYNC = True
+    runtime = make_runtime()
+    draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
+    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
+    calls: list[str] = []
+
+    async def app(scope: dict, receive: object, send: object) -> None:
+        calls.append(scope["type"])
+
+    wrapped = live.WorkflowSyncMiddleware(
+        app, sync_factory=lambda: live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    )
+    try:
+        await wrapped({"type": "http"}, None, None)
+        sync = live.workflow_sync_start()
+        await wrapped({"type": "websocket"}, None, None)
+        assert live.workflow_sync_start() is sync  # one task per process
+        assert calls == ["http", "websocket"]
+        await asyncio.wait_for(sync.loaded.wait(), 5)
+        assert runtime.workflow_for("chat").name == "lean"
+    finally:
+        await live.workflow_sync_stop()
+
+
+def test_preload_at_start_up_applies_what_is_published_before_any_request(settings: Any) -> None:
+    settings.RAG_WORKFLOW_SYNC = True
+    runtime = make_runtime()
+    draft = services.workflow_draft_create(name="lean", graph=lean_graph())
+    services.workflow_draft_publish(draft_id=draft.pk, backend="responses")
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    assert sync.load_blocking() is True
+    assert node_ids(runtime, "responses") == list(LEAN_NODES)
+    assert runtime.workflow_for("chat").name == "default"
+    # The task that takes over later has nothing left to do.
+    assert asyncio.run(sync.check()) is False
