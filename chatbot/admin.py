@@ -1,0 +1,157 @@
+"""Conversations, messages and feedback in the admin: for reading, deleting and exporting, never for editing what
+was said."""
+
+from __future__ import annotations
+
+import csv
+import io
+from functools import cache
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template import engines
+from django.urls import URLPattern, path
+from django.utils import timezone
+
+from chatbot.feedback import feedback_export_rows
+from chatbot.models import Conversation, Feedback, Message
+
+MESSAGE_FIELDS = (
+    "role",
+    "content",
+    "status",
+    "error_code",
+    "backend",
+    "language",
+    "intent",
+    "sources",
+    "usage",
+    "trace_id",
+    "request_id",
+    "latency_ms",
+    "created_at",
+)
+
+
+class ReadOnlyAdminMixin:
+    """A record of what users asked and were told: staff may read and delete it, not rewrite it."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class MessageInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = Message
+    fields = ("created_at", "role", "status", "intent", "content", "request_id")
+    readonly_fields = fields
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(Conversation)
+class ConversationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("__str__", "client_id", "message_count", "updated_at", "created_at")
+    search_fields = ("title", "client_id", "=id")
+    date_hierarchy = "updated_at"
+    readonly_fields = ("id", "client_id", "title", "summary", "created_at", "updated_at")
+    inlines = (MessageInline,)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
+        # One query for the counts of a whole changelist page, not one per row.
+        return super().get_queryset(request).annotate(_message_count=Count("messages"))
+
+    @admin.display(description="messages", ordering="_message_count")
+    def message_count(self, obj: Conversation) -> int:
+        return getattr(obj, "_message_count", 0)
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("short_content", "role", "status", "intent", "backend", "language", "conversation", "created_at")
+    list_filter = ("status", "intent", "backend", "role", "language")
+    search_fields = ("content", "request_id", "trace_id", "conversation__title", "conversation__client_id")
+    list_select_related = ("conversation",)
+    date_hierarchy = "created_at"
+    fields = ("conversation", *MESSAGE_FIELDS)
+    readonly_fields = fields
+
+    @admin.display(description="content")
+    def short_content(self, obj: Message) -> str:
+        return obj.content[:80] + ("…" if len(obj.content) > 80 else "")
+
+
+def _feedback_csv(queryset: QuerySet[Feedback]) -> HttpResponse:
+    # Built in memory: feedback rows are small and an export is a rare staff action; a streamed response would
+    # have to be consumed in a worker thread under ASGI anyway.
+    buffer = io.StringIO()
+    buffer.write("\ufeff")  # Excel reads the file as UTF-8 (Chinese comments) instead of the local code page
+    csv.writer(buffer).writerows(feedback_export_rows(queryset=queryset))
+    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="feedback-{stamp}.csv"'
+    return response
+
+
+@cache
+def _feedback_change_list_template() -> Any:
+    # The stock changelist plus an export button that keeps the current filters and search. Kept inline so the
+    # feedback admin lives in one file; built on first use, after the template engines are configured.
+    return engines["django"].from_string(
+        '{% extends "admin/change_list.html" %}{% load admin_urls %}'
+        "{% block object-tools-items %}"
+        '<li><a href="{% url cl.opts|admin_urlname:\'export_csv\' %}{{ cl.get_query_string }}" class="viewlink">'
+        "Export CSV</a></li>{{ block.super }}{% endblock %}"
+    )
+
+
+@admin.register(Feedback)
+class FeedbackAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("created_at", "kind", "score_shown", "short_comment", "answer", "request_id")
+    list_filter = ("kind", "score", "created_at")
+    search_fields = ("comment",)
+    list_select_related = ("message",)
+    date_hierarchy = "created_at"
+    fields = ("message", "kind", "score", "comment", "request_id", "trace_id", "client_id", "created_at", "updated_at")
+    readonly_fields = fields
+    actions = ("export_csv",)
+
+    @property
+    def change_list_template(self) -> Any:  # type: ignore[override]
+        return _feedback_change_list_template()
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        export = path("export.csv", self.admin_site.admin_view(self.export_view), name="{}_{}_export_csv".format(*info))
+        return [export, *super().get_urls()]
+
+    def export_view(self, request: HttpRequest) -> HttpResponse:
+        """Every row the changelist shows with the current filters and search (all of them without any)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        changelist = self.get_changelist_instance(request)
+        return _feedback_csv(changelist.get_queryset(request))
+
+    @admin.action(description="Export selected feedback as CSV", permissions=["view"])
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[Feedback]) -> HttpResponse:
+        return _feedback_csv(queryset)
+
+    @admin.display(description="score", ordering="score")
+    def score_shown(self, obj: Feedback) -> str:
+        if obj.kind == Feedback.Kind.THUMBS:
+            return "👍" if obj.score else "👎"
+        return f"{obj.score}/5"
+
+    @admin.display(description="comment")
+    def short_comment(self, obj: Feedback) -> str:
+        return obj.comment[:80] + ("…" if len(obj.comment) > 80 else "")
+
+    @admin.display(description="answer")
+    def answer(self, obj: Feedback) -> str:
+        content = obj.message.content
+        return content[:60] + ("…" if len(content) > 60 else "")

@@ -1,0 +1,41 @@
+"""ASGI entry point (`daphne chatbot.asgi:application`): Channels for WebSocket and SSE, Django for the rest."""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: dense search in local mode multiplies small matrices per request, and a thread pool per call
+# made it ten times slower on a busy machine (docs/benchmarks/retrieval.md). Set before numpy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatbot.settings")
+
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.asgi import get_asgi_application
+
+# Django is set up here, before the routing imports the consumers and, through them, the models.
+# The static files handler serves the admin's CSS/JS from the app directories (no collectstatic, no second
+# server), which is what `make run` needs; behind a proxy in production the proxy serves STATIC_ROOT instead.
+django_application = ASGIStaticFilesHandler(get_asgi_application())
+
+from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
+from concurrency.live import LiveSettingsMiddleware  # noqa: E402
+
+# Published workflows reach this worker within a second through the compiled-graph cache.
+from rag.documents.runner import JobRunnerMiddleware  # noqa: E402
+
+# Each worker starts its live-settings task (settings applied within a second, stats published) on its first
+# connection: daphne has no start-up hook.
+from rag.workflows.live import WorkflowSyncMiddleware  # noqa: E402
+
+# The process that owns the vector store runs the index and backfill jobs (outermost: it forwards lifespan).
+application = JobRunnerMiddleware(WorkflowSyncMiddleware(LiveSettingsMiddleware(build_application(django_application))))
+
+from django.conf import settings  # noqa: E402
+
+if settings.RAG_PRELOAD:
+    # Take the embedded store's lock at start-up, so the server (not a command started later) owns it.
+    from rag.wiring import warm_up
+    from rag.workflows.live import workflow_sync_preload
+
+    warm_up()
+    workflow_sync_preload()

@@ -1,0 +1,29 @@
+"""What both transports share: the JSON form of an event and the events they make up themselves."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from chatbot.streaming import transport_error_event
+from rag.events import Event
+
+__all__ = ["event_json", "retry_after_seconds", "transport_error_event"]
+
+
+def event_json(event: Event) -> str:
+    # ensure_ascii=False: Chinese answers stay readable and a third the size; both transports are UTF-8.
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+
+
+def retry_after_seconds(event: Event, default: float = 1.0) -> int:
+    """Whole seconds for a `Retry-After` header from a `busy` event (at least 1: 0 invites a busy loop)."""
+    value: Any = event.get("retry_after", default)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = default
+    if not math.isfinite(seconds):
+        seconds = default
+    return max(1, math.ceil(seconds))

@@ -1,0 +1,215 @@
+"""`ws/chat/`: ask, resume and cancel over one WebSocket, events out as JSON text messages (one per message).
+
+Client messages (JSON objects):
+- `{"type": "ask", "question": str, "conversation_id"?: str, "backend"?: "chat" | "responses",
+  "on_disconnect"?: "cancel" | "continue"}` starts an exchange; its events follow in order, ending with one
+  terminal event. `on_disconnect` says what a closed socket does to it: `cancel` (the default) frees the LLM slot
+  at once; `continue` lets it finish and keeps its events for a `resume`.
+- `{"type": "resume", "request_id": str, "last_seq": int}` sends the events of that request after `last_seq`
+  (from any socket of the same client, within the retention window), live until its terminal event. A request
+  of another client, an expired one, or a `last_seq` that does not fit gets a terminal `error` `bad_request`
+  for that request id (seq `last_seq + 1`) naming the problem.
+- `{"type": "cancel", "request_id"?: str}` cancels the exchange this socket is streaming; its stream then ends
+  with the terminal `error` `cancelled`. A cancel with nothing running, or naming another request (one that just
+  ended), is ignored: it raced with the end of the stream and there is nothing left to stop.
+
+One stream at a time per socket: an `ask` or `resume` while one streams gets a one-event stream of its own (new
+request id, terminal `error` `bad_request` saying which request is still streaming); the running one is not
+disturbed. Anything else that is not understood (invalid JSON, a non-object, an unknown `type`, bad fields, an
+unknown conversation) gets the same kind of `bad_request` event naming the problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from chatbot import security
+from chatbot.consumers.common import event_json, transport_error_event
+from chatbot.replay import LiveStream, ResumeRefused, stream_registry
+from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open
+from rag.events import TERMINAL_CHANNELS, Event
+
+logger = logging.getLogger(__name__)
+
+# Request ids are uuid4 hex; anything that is not a plain token is refused before it is echoed back.
+_REQUEST_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    # After the socket closes, how long to wait for the stream task to unwind before letting go of it.
+    disconnect_grace_seconds = 1.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.client_id = ""
+        self._task: asyncio.Task[None] | None = None
+        self._stream: LiveStream | None = None
+        self._streaming_id = ""  # request id of the stream being sent (also for a resume served from Redis)
+        self._cancel_requested = False
+
+    async def connect(self) -> None:
+        # A browser sends the page's `hc_client` cookie with the handshake; a client without one gets an id for
+        # the life of the socket (daphne cannot set a cookie on a WebSocket accept).
+        self.client_id, _is_new = security.client_id_from_scope(self.scope)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()  # its `finally` applies the stream's disconnect policy
+            await asyncio.wait({task}, timeout=self.disconnect_grace_seconds)
+
+    # --- incoming -----------------------------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        # The stock JSON consumer raises on bad JSON, which would drop the socket; a client gets told instead.
+        if text_data is None:
+            await self._refuse("binary messages are not supported; send JSON text")
+            return
+        try:
+            content = json.loads(text_data)
+        except json.JSONDecodeError as exc:
+            await self._refuse(f"message is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not isinstance(content, dict):
+            await self._refuse(f"message must be a JSON object, not {type(content).__name__}")
+            return
+        kind = content.get("type")
+        if kind == "ask":
+            await self._ask(content)
+        elif kind == "resume":
+            await self._resume(content)
+        elif kind == "cancel":
+            self._cancel(content.get("request_id"))
+        else:
+            await self._refuse(f"unknown message type {kind!r}; expected 'ask', 'resume' or 'cancel'")
+
+    async def _refuse_if_busy(self) -> bool:
+        if self._task is None or self._task.done():
+            return False
+        running = self._streaming_id or "starting"
+        await self._refuse(
+            f"a question is already being answered on this connection (request {running}); "
+            "wait for its terminal event or send cancel"
+        )
+        return True
+
+    async def _ask(self, content: dict[str, Any]) -> None:
+        if await self._refuse_if_busy():
+            return
+        try:
+            ask = ask_input_parse(content, backend=None, client_id=self.client_id)
+        except BadRequest as exc:
+            await self._refuse(str(exc))
+            return
+        self._begin("")
+        # In a task: this consumer handles one message at a time, and `cancel` must get through while it streams.
+        self._task = asyncio.create_task(self._answer(ask), name="ws-exchange")
+        self._task.add_done_callback(_log_failure)
+
+    async def _resume(self, content: dict[str, Any]) -> None:
+        if await self._refuse_if_busy():
+            return
+        request_id, last_seq = content.get("request_id"), content.get("last_seq", 0)
+        if not isinstance(request_id, str) or not _REQUEST_ID.match(request_id):
+            await self._refuse("'request_id' must be the request id of a stream (letters, digits, - and _)")
+            return
+        if isinstance(last_seq, bool) or not isinstance(last_seq, int) or last_seq < 0:
+            await self._refuse(f"'last_seq' must be a whole number >= 0, not {last_seq!r}")
+            return
+        self._begin(request_id)
+        self._task = asyncio.create_task(self._replay(request_id, last_seq), name="ws-resume")
+        self._task.add_done_callback(_log_failure)
+
+    def _begin(self, request_id: str) -> None:
+        self._stream = None
+        self._streaming_id = request_id
+        self._cancel_requested = False
+
+    def _cancel(self, request_id: Any) -> None:
+        if self._task is None or self._task.done():
+            return
+        if request_id and self._streaming_id and request_id != self._streaming_id:
+            return
+        if self._stream is not None:
+            self._stream.cancel()
+        else:
+            self._cancel_requested = True  # the exchange is still opening: `_answer` cancels it once it exists
+
+    # --- outgoing -----------------------------------------------------------------------------------------
+
+    async def _answer(self, ask: AskInput) -> None:
+        try:
+            exchange = await exchange_open(ask)
+        except BadRequest as exc:
+            await self._refuse(str(exc))
+            return
+        except Exception as exc:
+            logger.exception("could not start a WebSocket answer")
+            await self.send_json(transport_error_event("internal", f"internal error ({type(exc).__name__})"))
+            return
+        stream = stream_registry().open(exchange, on_disconnect=ask.on_disconnect)
+        self._stream, self._streaming_id = stream, stream.request_id
+        if self._cancel_requested:
+            stream.cancel()
+        await self._forward(stream.request_id, stream.tail(0), stream, after_seq=0)
+
+    async def _replay(self, request_id: str, last_seq: int) -> None:
+        try:
+            resumption = await stream_registry().resume(request_id, client_id=self.client_id, after_seq=last_seq)
+        except ResumeRefused as exc:
+            await self.send_json(
+                transport_error_event(exc.code, exc.message, request_id=request_id, after_seq=last_seq)
+            )
+            return
+        if resumption.complete:
+            return  # the client has every event, the terminal one included
+        self._stream = resumption.local
+        if self._cancel_requested and self._stream is not None:
+            self._stream.cancel()
+        await self._forward(request_id, resumption.events, resumption.local, after_seq=last_seq)
+
+    async def _forward(
+        self, request_id: str, events: AsyncIterator[Event], stream: LiveStream | None, *, after_seq: int
+    ) -> None:
+        ended = False
+        last_seq = after_seq
+        try:
+            async with contextlib.aclosing(events):  # type: ignore[type-var]
+                async for event in events:
+                    await self.send_json(event)
+                    last_seq = event["seq"]
+                    if event["channel"] in TERMINAL_CHANNELS:
+                        ended = True
+                        break
+        except Exception as exc:
+            # Reading the stream failed (e.g. Redis went away mid-resume): the client still gets its terminal.
+            logger.exception("WebSocket stream %s failed", request_id)
+            message = exc.message if isinstance(exc, ResumeRefused) else f"internal error ({type(exc).__name__})"
+            await self.send_json(transport_error_event("internal", message, request_id=request_id, after_seq=last_seq))
+        finally:
+            if not ended and stream is not None:
+                stream.transport_lost()
+
+    async def _refuse(self, message: str) -> None:
+        await self.send_json(transport_error_event("bad_request", message))
+
+    @classmethod
+    async def encode_json(cls, content: Any) -> str:
+        return event_json(content)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("WebSocket exchange failed: %r", task.exception())

@@ -1,0 +1,135 @@
+"""Reading environment variables with errors that name the variable.
+
+django-environ parses; this module turns its (and our) failures into ImproperlyConfigured messages that say
+which variable is wrong and why, so a bad deployment stops at start-up instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+env = environ.Env()
+
+
+def _fail(name: str, value: object, why: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{name}={value!r} is invalid: {why}")
+
+
+def env_str(name: str, default: str = "") -> str:
+    return str(env.str(name, default=default)).strip()
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _fail(name, raw, "expected an integer") from None
+    if minimum is not None and value < minimum:
+        raise _fail(name, raw, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise _fail(name, raw, f"must be <= {maximum}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _fail(name, raw, "expected a number") from None
+    if minimum is not None and value < minimum:
+        raise _fail(name, raw, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise _fail(name, raw, f"must be <= {maximum}")
+    return value
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = env.str(name, default="").strip().lower()
+    if raw == "":
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise _fail(name, raw, "expected one of true/false/1/0/yes/no/on/off")
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    if raw not in choices:
+        raise _fail(name, raw, f"expected one of {', '.join(choices)}")
+    return raw
+
+
+def env_url(name: str, *, schemes: tuple[str, ...]) -> str:
+    """An optional URL: empty means 'not configured'."""
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return ""
+    parsed = urlparse(raw)
+    if parsed.scheme not in schemes or not (parsed.netloc or parsed.path):
+        raise _fail(name, raw, f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}")
+    return raw
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_env(name: str, *, sqlite_path: Path) -> dict[str, Any]:
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(sqlite_path),
+            "OPTIONS": {
+                # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at BEGIN so two
+                # writers queue on the busy timeout instead of failing with "database is locked" mid-transaction.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    if not raw.startswith(("postgres://", "postgresql://", "pgsql://", "sqlite://")):
+        raise _fail(name, raw, "expected postgres://user@host:port/name (or sqlite:///path)")
+    try:
+        return env.db_url_config(raw)
+    except Exception as exc:
+        raise _fail(name, raw, str(exc)) from None
+
+
+def secret_key_from_env(name: str, *, key_file: Path) -> str:
+    """The secret key from the environment, else one generated once per checkout and kept in var/."""
+    raw = env.str(name, default="").strip()
+    if raw:
+        if len(raw) < 32:
+            raise _fail(name, "***", "must be at least 32 characters")
+        return raw
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    if key_file.exists():
+        return key_file.read_text().strip()
+    key = secrets.token_urlsafe(50)
+    key_file.write_text(key)
+    key_file.chmod(0o600)
+    return key

@@ -1,0 +1,91 @@
+"""Conversations and their messages. A request reads its history once and writes its exchange once."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class Conversation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Who may continue it: "user:<pk>" for a signed-in user, "anon:<uuid>" for a browser, "cli" for the terminal.
+    client_id = models.CharField(max_length=80, db_index=True)
+    title = models.CharField(max_length=200, blank=True)
+    summary = models.TextField(blank=True, help_text="Running summary the pipeline keeps for follow-ups.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["client_id", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user", "user"
+        ASSISTANT = "assistant", "assistant"
+
+    class Status(models.TextChoices):
+        OK = "ok", "ok"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    request_id = models.CharField(max_length=64, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OK)
+    error_code = models.CharField(max_length=32, blank=True)
+    backend = models.CharField(max_length=16, blank=True)
+    language = models.CharField(max_length=16, blank=True)
+    intent = models.CharField(max_length=32, blank=True)
+    sources = models.JSONField(default=list, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    trace_id = models.CharField(max_length=64, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["conversation", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:60]}"
+
+
+class Feedback(models.Model):
+    """A client's verdict on one answer: thumbs (up=1, down=0) or a 1-5 rating. One per answer and client; a
+    second verdict replaces the first."""
+
+    class Kind(models.TextChoices):
+        THUMBS = "thumbs", "thumbs"
+        RATING = "rating", "rating (1-5)"
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="feedback")
+    request_id = models.CharField(max_length=64, db_index=True)
+    trace_id = models.CharField(max_length=64, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    score = models.PositiveSmallIntegerField(help_text="thumbs: 1 up, 0 down; rating: 1 to 5")
+    comment = models.TextField(blank=True)
+    client_id = models.CharField(max_length=80)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "client_id"], name="feedback_one_per_message_and_client"),
+            models.CheckConstraint(
+                condition=models.Q(kind="thumbs", score__lte=1) | models.Q(kind="rating", score__gte=1, score__lte=5),
+                name="feedback_score_fits_kind",
+            ),
+        ]
+        verbose_name_plural = "feedback"
+
+    def __str__(self) -> str:
+        shown = ("down", "up")[self.score] if self.kind == self.Kind.THUMBS else f"{self.score}/5"
+        return f"{self.kind} {shown} on {self.request_id}"

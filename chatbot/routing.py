@@ -1,0 +1,43 @@
+"""Which ASGI application serves which connection. Import after Django is set up (the consumers use models)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
+from django.urls import path, re_path
+
+from chatbot.consumers import AskStreamConsumer, ChatConsumer, StreamCancelConsumer, StreamResumeConsumer
+
+ASK_STREAM_PATHS = {
+    "api/v1/rag/ask/stream": "responses",
+    "api/v1/rag/ask/stream_chat": "chat",
+}
+
+
+def sse_path_for_backend(backend: str) -> str:
+    """The endpoint of a backend, e.g. for the `ask` command's HTTP mode."""
+    return next("/" + route for route, name in ASK_STREAM_PATHS.items() if name == backend)
+
+
+websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]
+
+
+def build_application(django_app: Any) -> ProtocolTypeRouter:
+    """SSE endpoints to their consumer, other HTTP to Django, WebSocket behind the Origin check."""
+    http_routes = [
+        *(path(route, AskStreamConsumer.as_asgi(backend=backend)) for route, backend in ASK_STREAM_PATHS.items()),
+        # Resume an answer after Last-Event-ID, and stop one (for either backend: request ids are global).
+        path("api/v1/rag/ask/stream/<str:request_id>", StreamResumeConsumer.as_asgi()),
+        path("api/v1/rag/ask/stream/<str:request_id>/cancel", StreamCancelConsumer.as_asgi()),
+    ]
+    return ProtocolTypeRouter(
+        {
+            "http": URLRouter([*http_routes, re_path(r"", django_app)]),
+            # Browsers send Origin on every WebSocket handshake and never enforce same-origin for it themselves:
+            # without this check any site could open a socket with the visitor's cookie (cross-site WebSocket
+            # hijacking). Hosts come from ALLOWED_HOSTS.
+            "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+        }
+    )

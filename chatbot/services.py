@@ -1,0 +1,96 @@
+"""Writes and reads of conversations: plain functions with keyword-only arguments (sync; call via a thread)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from chatbot.models import Conversation, Message
+from rag.state import Turn
+
+HISTORY_TURNS = 10
+
+
+class UnknownConversation(LookupError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationContext:
+    conversation_id: str
+    exists: bool
+    history: tuple[Turn, ...]
+    summary: str
+
+
+def conversation_context_get(*, conversation_id: str | None, client_id: str) -> ConversationContext:
+    """History for a new request: one query for the conversation, one for its last turns.
+
+    A missing or empty id means a new conversation (nothing is written until the answer is recorded). An id
+    that does not exist, or belongs to another client, is refused the same way so ids cannot be probed.
+    """
+    if not conversation_id:
+        return ConversationContext(conversation_id=str(uuid.uuid4()), exists=False, history=(), summary="")
+    try:
+        parsed = uuid.UUID(conversation_id)
+    except (ValueError, AttributeError, TypeError):
+        raise UnknownConversation(f"unknown conversation_id {conversation_id!r}") from None
+    conversation = Conversation.objects.filter(pk=parsed, client_id=client_id).only("id", "summary").first()
+    if conversation is None:
+        raise UnknownConversation(f"unknown conversation_id {conversation_id!r}")
+    recent = list(
+        Message.objects.filter(conversation=conversation, status=Message.Status.OK)
+        .order_by("-created_at", "-id")
+        .values_list("role", "content")[: HISTORY_TURNS * 2]
+    )
+    history = tuple(Turn(role=role, content=content) for role, content in reversed(recent))
+    return ConversationContext(str(conversation.pk), exists=True, history=history, summary=conversation.summary)
+
+
+def exchange_record(
+    *,
+    conversation_id: str,
+    client_id: str,
+    question: str,
+    answer: str,
+    request_id: str,
+    status: str,
+    error_code: str = "",
+    meta: dict[str, Any] | None = None,
+    new_summary: str = "",
+) -> Message:
+    """Store one question and its answer (or the part of it that was streamed) in one transaction."""
+    meta = meta or {}
+    with transaction.atomic():
+        conversation, created = Conversation.objects.get_or_create(
+            pk=uuid.UUID(conversation_id), defaults={"client_id": client_id, "title": question[:200]}
+        )
+        if not created and conversation.client_id != client_id:
+            raise UnknownConversation(f"unknown conversation_id {conversation_id!r}")
+        Message.objects.create(
+            conversation=conversation, role=Message.Role.USER, content=question, request_id=request_id
+        )
+        message = Message.objects.create(
+            conversation=conversation,
+            role=Message.Role.ASSISTANT,
+            content=answer,
+            request_id=request_id,
+            status=status,
+            error_code=error_code,
+            backend=meta.get("backend", ""),
+            language=meta.get("language", ""),
+            intent=meta.get("intent", ""),
+            sources=meta.get("sources", []),
+            usage=meta.get("usage", {}),
+            trace_id=meta.get("trace_id", ""),
+            latency_ms=meta.get("latency_ms"),
+        )
+        fields = ["updated_at"]
+        if new_summary:
+            conversation.summary = new_summary
+            fields.append("summary")
+        conversation.save(update_fields=fields)
+    return message

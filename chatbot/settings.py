@@ -1,0 +1,230 @@
+"""Settings: embedded defaults for a laptop, each swapped for the real part by one environment variable.
+
+Every variable is listed with its default and meaning in .env.example. A bad value stops start-up with
+ImproperlyConfigured naming the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chatbot.envconfig import (
+    database_from_env,
+    env,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+    secret_key_from_env,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+if (BASE_DIR / ".env").exists():
+    env.read_env(str(BASE_DIR / ".env"))
+
+DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = secret_key_from_env("DJANGO_SECRET_KEY", key_file=DATA_DIR / "secret_key")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "concurrency",
+    "prompts",
+    "rag",
+    "rag.documents",
+    "rag.semcache",
+    "rag.workflows",
+    "chatbot",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chatbot.urls"
+ASGI_APPLICATION = "chatbot.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database: SQLite (WAL, IMMEDIATE, busy timeout) unless DATABASE_URL ---------------------------------
+DATABASES = {"default": database_from_env("DATABASE_URL", sqlite_path=DATA_DIR / "db.sqlite3")}
+# Under ASGI each request may run its ORM work on another thread; persistent connections would leak.
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- channel layer and cache: in-memory unless REDIS_URL -------------------------------------------------
+REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss", "unix"))
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("REDIS_PREFIX", "helpcentre")},
+        }
+    }
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("REDIS_PREFIX", "helpcentre"),
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- vector store: qdrant-client local mode on disk unless QDRANT_URL -----------------------------------
+QDRANT_URL = env_url("QDRANT_URL", schemes=("http", "https"))
+QDRANT_API_KEY = env_str("QDRANT_API_KEY")
+QDRANT_PATH = Path(env_str("QDRANT_PATH", str(DATA_DIR / "qdrant"))).resolve()
+QDRANT_COLLECTION = env_str("QDRANT_COLLECTION", "helpcentre")
+CORPUS_DIR = Path(env_str("CORPUS_DIR", str(BASE_DIR / "rag" / "corpus" / "demo"))).resolve()
+
+# --- LLM: offline backend unless LLM_BASE_URL ---------------------------------------------------------
+LLM_BASE_URL = env_url("LLM_BASE_URL", schemes=("http", "https"))
+LLM_API_KEY = env_str("LLM_API_KEY", "EMPTY")
+LLM_CHAT_MODEL = env_str("LLM_CHAT_MODEL", "qwen2.5-7b-instruct")
+LLM_RESPONSES_MODEL = env_str("LLM_RESPONSES_MODEL", LLM_CHAT_MODEL)
+LLM_REQUEST_TIMEOUT = env_float("LLM_REQUEST_TIMEOUT", 120.0, minimum=0.1)
+LLM_CONNECT_TIMEOUT = env_float("LLM_CONNECT_TIMEOUT", 5.0, minimum=0.1)
+LLM_FIRST_TOKEN_TIMEOUT = env_float("LLM_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
+LLM_BETWEEN_TOKENS_TIMEOUT = env_float("LLM_BETWEEN_TOKENS_TIMEOUT", 15.0, minimum=0.1)
+# Per-node model and temperature overrides: "planner=qwen-small,response_synth=qwen-big", "planner=0".
+LLM_NODE_MODELS = env_str("LLM_NODE_MODELS")
+LLM_NODE_TEMPERATURES = env_str("LLM_NODE_TEMPERATURES")
+# A Retry-After longer than this fails the request fast with `busy` instead of waiting.
+LLM_RETRY_AFTER_CAP = env_float("LLM_RETRY_AFTER_CAP", 30.0, minimum=0.0)
+
+# --- LLM concurrency (seed names): defaults of the ConcurrencySettings row, edited live in the admin -------
+LLM_MAX_CONCURRENT_DEFAULT = env_int("LLM_MAX_CONCURRENT_DEFAULT", 8, minimum=1, maximum=4096)
+LLM_MAX_CONCURRENT_CHAT = env_int("LLM_MAX_CONCURRENT_CHAT", LLM_MAX_CONCURRENT_DEFAULT, minimum=1, maximum=4096)
+LLM_MAX_CONCURRENT_RESPONSES = env_int(
+    "LLM_MAX_CONCURRENT_RESPONSES", LLM_MAX_CONCURRENT_DEFAULT, minimum=1, maximum=4096
+)
+LLM_MAX_CONCURRENT_EMBEDDING = env_int("LLM_MAX_CONCURRENT_EMBEDDING", 16, minimum=1, maximum=4096)
+LLM_PRIORITY_ENABLED = env_bool("LLM_PRIORITY_ENABLED", False)
+LLM_PRIORITY_STARVATION_THRESHOLD = env_float("LLM_PRIORITY_STARVATION_THRESHOLD", 10.0, minimum=0.0)
+LLM_ACQUIRE_TIMEOUT = env_float("LLM_ACQUIRE_TIMEOUT", 30.0, minimum=0.0)
+LLM_MAX_WAITERS = env_int("LLM_MAX_WAITERS", 200, minimum=0)
+LLM_RPM_LIMIT = env_int("LLM_RPM_LIMIT", 0, minimum=0)  # requests per minute per backend, 0 = unlimited
+LLM_RETRY_MAX_ATTEMPTS = env_int("LLM_RETRY_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+LLM_RETRY_BASE_SECONDS = env_float("LLM_RETRY_BASE_SECONDS", 1.0, minimum=0.0)
+LLM_RETRY_MAX_SECONDS = env_float("LLM_RETRY_MAX_SECONDS", 60.0, minimum=0.0)
+# A token that lets scripts read the concurrency APIs without a staff session (empty = staff sessions only).
+CONCURRENCY_API_TOKEN = env_str("CONCURRENCY_API_TOKEN")
+
+# --- embeddings: offline lexical embedding unless EMBEDDING_BASE_URL -----------------------------------
+EMBEDDING_BASE_URL = env_url("EMBEDDING_BASE_URL", schemes=("http", "https"))
+EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", LLM_API_KEY)
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "bge-m3")
+EMBEDDING_DIM = env_int("EMBEDDING_DIM", 1024, minimum=8, maximum=65536)
+
+# --- telemetry: off unless the Langfuse keys are set ---------------------------------------------------
+LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")
+LANGFUSE_SECRET_KEY = env_str("LANGFUSE_SECRET_KEY")
+LANGFUSE_HOST = env_url("LANGFUSE_HOST", schemes=("http", "https")) or "https://cloud.langfuse.com"
+LANGFUSE_SAMPLE_RATE = env_float("LANGFUSE_SAMPLE_RATE", 1.0, minimum=0.0, maximum=1.0)
+# Where the Langfuse SDK runs: a child process (default: its CPU stays off the event loop's GIL) or a thread.
+TELEMETRY_EXPORTER = env_choice("TELEMETRY_EXPORTER", "process", ("process", "thread"))
+TELEMETRY_QUEUE_SIZE = env_int("TELEMETRY_QUEUE_SIZE", 1000, minimum=1)
+TELEMETRY_SUMMARY_LIMIT = env_int("TELEMETRY_SUMMARY_LIMIT", 10000, minimum=0)
+TELEMETRY_SHUTDOWN_TIMEOUT = env_float("TELEMETRY_SHUTDOWN_TIMEOUT", 5.0, minimum=0.0)
+LANGFUSE_FLUSH_AT = env_int("LANGFUSE_FLUSH_AT", 0, minimum=0, maximum=2048)
+LANGFUSE_FLUSH_INTERVAL = env_float("LANGFUSE_FLUSH_INTERVAL", 0.0, minimum=0.0)
+LANGFUSE_TIMEOUT = env_int("LANGFUSE_TIMEOUT", 5, minimum=1)
+LANGFUSE_ENVIRONMENT = env_str("LANGFUSE_ENVIRONMENT")
+if bool(LANGFUSE_PUBLIC_KEY) != bool(LANGFUSE_SECRET_KEY):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY must be set together (or neither)")
+
+# --- prompts ----------------------------------------------------------------------------------------------
+PROMPT_SOURCE = env_choice("PROMPT_SOURCE", "database", ("database", "langfuse"))
+PROMPT_CACHE_CHECK_INTERVAL = env_float("PROMPT_CACHE_CHECK_INTERVAL", 1.0, minimum=0.0)
+PROMPT_LANGFUSE_TIMEOUT = env_float("PROMPT_LANGFUSE_TIMEOUT", 2.0, minimum=0.1)
+PROMPT_LANGFUSE_CACHE_TTL = env_float("PROMPT_LANGFUSE_CACHE_TTL", 60.0, minimum=0.0)
+PROMPT_LANGFUSE_WARNING_INTERVAL = env_float("PROMPT_LANGFUSE_WARNING_INTERVAL", 60.0, minimum=0.0)
+
+# --- the pipeline ----------------------------------------------------------------------------------------
+RAG_MAX_QUESTION_CHARS = env_int("RAG_MAX_QUESTION_CHARS", 2000, minimum=1)
+RAG_RETRIEVAL_TOP_K = env_int("RAG_RETRIEVAL_TOP_K", 5, minimum=1, maximum=50)
+RAG_RETRIEVAL_TIMEOUT = env_float("RAG_RETRIEVAL_TIMEOUT", 10.0, minimum=0.1)
+RAG_MAX_RETRIEVAL_LOOPS = env_int("RAG_MAX_RETRIEVAL_LOOPS", 2, minimum=0, maximum=5)
+RAG_RATE_LIMIT_PER_MINUTE = env_int("RAG_RATE_LIMIT_PER_MINUTE", 30, minimum=0)
+RAG_STREAM_TIMEOUT = env_float("RAG_STREAM_TIMEOUT", 180.0, minimum=1.0)
+RAG_DEFAULT_LANGUAGE = env_choice("RAG_DEFAULT_LANGUAGE", "zh-hant", ("zh-hant", "en"))
+# Semantic cache of answers to context-free questions: on/off, cosine threshold, entry lifetime in seconds.
+RAG_SEMANTIC_CACHE_ENABLED = env_bool("RAG_SEMANTIC_CACHE_ENABLED", True)
+RAG_SEMANTIC_CACHE_THRESHOLD = env_float("RAG_SEMANTIC_CACHE_THRESHOLD", 0.65, minimum=0.0, maximum=1.0)
+RAG_SEMANTIC_CACHE_TTL = env_float("RAG_SEMANTIC_CACHE_TTL", 86400.0, minimum=1.0)
+# Open the vector store and build the pipeline when the ASGI application starts (not at the first question).
+RAG_PRELOAD = env_bool("RAG_PRELOAD", True)
+# Per-worker background tasks: apply live concurrency settings, follow published workflows. Default true.
+CONCURRENCY_LIVE_SETTINGS = env_bool("CONCURRENCY_LIVE_SETTINGS", True)
+RAG_WORKFLOW_SYNC = env_bool("RAG_WORKFLOW_SYNC", True)
+# Chat streams kept for resume after a dropped connection: seconds, events per stream, finished streams.
+CHAT_STREAM_RETENTION_SECONDS = env_float("CHAT_STREAM_RETENTION_SECONDS", 300.0, minimum=1.0)
+CHAT_STREAM_MAX_EVENTS = env_int("CHAT_STREAM_MAX_EVENTS", 10000, minimum=10)
+CHAT_STREAM_MAX_STREAMS = env_int("CHAT_STREAM_MAX_STREAMS", 1000, minimum=1)
+# Run index and backfill jobs in this process (the one that owns the store). Default: RAG_PRELOAD.
+RAG_JOB_RUNNER = env_bool("RAG_JOB_RUNNER", RAG_PRELOAD)
+
+# --- the command-line client ----------------------------------------------------------------------------
+ASK_SERVER_URL = env_url("ASK_SERVER_URL", schemes=("http", "https")) or "http://127.0.0.1:8000"
+
+# --- i18n, static ---------------------------------------------------------------------------------------
+LANGUAGE_CODE = "zh-hant"
+LANGUAGES = [("zh-hant", "繁體中文"), ("en", "English")]
+TIME_ZONE = env_str("TIME_ZONE", "Asia/Taipei")
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").exists() else []
+
+LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_context": {"()": "chatbot.logcontext.RequestContextFilter"}},
+    "formatters": {
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s [req=%(request_id)s conv=%(conversation_id)s] %(message)s"
+        }
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["request_context"]}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"daphne": {"level": "WARNING"}, "httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}},
+}

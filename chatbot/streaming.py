@@ -1,0 +1,197 @@
+"""One chat exchange: check the input, load history once, stream the pipeline, record the answer once.
+
+Transports (WebSocket, SSE, the `ask` command) are thin: they parse their framing, call `exchange_open`, and
+forward `exchange.events()` as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from chatbot.logcontext import conversation_id_var, request_id_var
+from chatbot.services import UnknownConversation, conversation_context_get, exchange_record
+from rag.events import SOURCE, Event
+from rag.runtime import BACKENDS, AskRequest, PipelineRun
+from rag.wiring import get_runtime
+
+logger = logging.getLogger(__name__)
+
+# Errors that mean "the question was not taken": nothing is written for them.
+NOT_RECORDED = frozenset({"bad_request", "blocked", "busy"})
+# What happens to an answer when its transport goes away: `cancel` frees the LLM slot at once (a plain close
+# means nobody is waiting); `continue` finishes it and keeps its events for a client that comes back to resume.
+DISCONNECT_POLICIES = ("cancel", "continue")
+_background: set[asyncio.Task[Any]] = set()
+
+
+class BadRequest(ValueError):
+    """Input that cannot be served; the message names what was wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class AskInput:
+    question: str
+    backend: str
+    conversation_id: str
+    client_id: str
+    on_disconnect: str = "cancel"
+
+
+def ask_input_parse(payload: Any, *, backend: str | None, client_id: str) -> AskInput:
+    """Check a decoded JSON request body. `backend` is fixed by the endpoint, or read from the payload."""
+    if not isinstance(payload, dict):
+        raise BadRequest("request body must be a JSON object")
+    question = payload.get("question")
+    if question is None:
+        raise BadRequest("'question' is required")
+    if not isinstance(question, str):
+        raise BadRequest(f"'question' must be a string, not {type(question).__name__}")
+    if not question.strip():
+        raise BadRequest("'question' is empty")
+    limit = settings.RAG_MAX_QUESTION_CHARS
+    if len(question) > limit:
+        raise BadRequest(f"'question' is {len(question)} characters long; the limit is {limit}")
+    conversation_id = payload.get("conversation_id") or ""
+    if not isinstance(conversation_id, str):
+        raise BadRequest(f"'conversation_id' must be a string, not {type(conversation_id).__name__}")
+    if backend is None:
+        backend = payload.get("backend") or "chat"
+        if backend not in BACKENDS:
+            raise BadRequest(f"'backend' must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    on_disconnect = payload.get("on_disconnect") or "cancel"
+    if on_disconnect not in DISCONNECT_POLICIES:
+        raise BadRequest(f"'on_disconnect' must be 'cancel' or 'continue', not {on_disconnect!r}")
+    return AskInput(
+        question=question,
+        backend=backend,
+        conversation_id=conversation_id,
+        client_id=client_id,
+        on_disconnect=on_disconnect,
+    )
+
+
+def transport_error_event(code: str, message: str, *, request_id: str | None = None, after_seq: int = 0) -> Event:
+    """A terminal `error` event made outside the pipeline (a transport, the stream relay), in its schema.
+
+    For a request refused before the pipeline ran it is a one-event stream (seq 1, new request id); for a stream
+    that broke off (`after_seq` events sent) it continues the numbering, so the stream still ends with one terminal.
+    """
+    return {
+        "source": SOURCE,
+        "request_id": request_id or uuid.uuid4().hex,
+        "seq": after_seq + 1,
+        "node": "transport",
+        "channel": "error",
+        "stage": "error",
+        "code": code,
+        "message": message,
+    }
+
+
+class ChatExchange:
+    def __init__(self, ask: AskInput, run: PipelineRun, *, conversation_id: str) -> None:
+        self.ask = ask
+        self.run = run
+        self.conversation_id = conversation_id
+        self.request_id = run.state.request_id
+        self._answer: list[str] = []
+        self.recorded: asyncio.Task[Any] | None = None
+
+    def cancel(self) -> None:
+        self.run.cancel("cancelled by the client")
+
+    async def events(self) -> AsyncIterator[Event]:
+        request_token = request_id_var.set(self.request_id)
+        conversation_token = conversation_id_var.set(self.conversation_id)
+        try:
+            # aclosing: when our consumer stops early, the run's iterator is closed now (cancelling the pipeline),
+            # not whenever garbage collection gets to it.
+            async with contextlib.aclosing(self.run.events()) as events:
+                async for event in events:
+                    if event["channel"] == "answer":
+                        self._answer.append(event["delta"])
+                    yield event
+        finally:
+            request_id_var.reset(request_token)
+            conversation_id_var.reset(conversation_token)
+            self._record_later()
+
+    def _record_later(self) -> None:
+        """Write the exchange once, even when our task is being cancelled (the write runs on its own)."""
+        terminal = self.run.terminal
+        code = "" if terminal is None or terminal["channel"] == "meta_summary" else str(terminal.get("code", ""))
+        if terminal is None:
+            code = "cancelled"
+        if code in NOT_RECORDED or self.recorded is not None:
+            return
+        status = "ok" if not code else ("cancelled" if code == "cancelled" else "failed")
+        state = self.run.state
+        meta = {
+            "backend": state.backend,
+            "language": state.language,
+            "intent": state.intent,
+            "sources": [s.as_dict() for s in state.sources],
+            "usage": state.usage.as_dict(),
+            "trace_id": state.trace_id,
+            "latency_ms": int(((self.run.finished or time.monotonic()) - self.run.started) * 1000),
+        }
+        task = asyncio.create_task(
+            database_sync_to_async(exchange_record)(
+                conversation_id=self.conversation_id,
+                client_id=self.ask.client_id,
+                question=self.ask.question,
+                answer="".join(self._answer),
+                request_id=self.request_id,
+                status=status,
+                error_code=code,
+                meta=meta,
+                new_summary=state.new_summary if status == "ok" else "",
+            ),
+            name=f"record-{self.request_id}",
+        )
+        _background.add(task)
+        task.add_done_callback(_record_done)
+        self.recorded = task
+
+
+def _record_done(task: asyncio.Task[Any]) -> None:
+    _background.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("recording exchange failed: %r", task.exception())
+
+
+async def exchange_open(ask: AskInput) -> ChatExchange:
+    """Load the conversation (one DB hop) and start the pipeline. Raises BadRequest for an unknown id."""
+    try:
+        context = await database_sync_to_async(conversation_context_get)(
+            conversation_id=ask.conversation_id, client_id=ask.client_id
+        )
+    except UnknownConversation as exc:
+        raise BadRequest(str(exc)) from None
+    run = await get_runtime().start(
+        AskRequest(
+            question=ask.question,
+            backend=ask.backend,
+            conversation_id=context.conversation_id,
+            client_id=ask.client_id,
+            history=context.history,
+            summary=context.summary,
+        )
+    )
+    return ChatExchange(ask, run, conversation_id=context.conversation_id)
+
+
+async def pending_records(max_wait: float = 5.0) -> None:
+    """Wait for exchange writes still in flight (tests, shutdown)."""
+    if _background:
+        await asyncio.wait(set(_background), timeout=max_wait)

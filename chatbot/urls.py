@@ -1,0 +1,22 @@
+"""Django's URLs. The SSE endpoints and the WebSocket are routed to Channels consumers in `chatbot.routing`."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+from chatbot import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("concurrency.urls")),
+    path("", include("rag.documents.urls")),
+    path("", include("rag.workflows.urls")),
+    path("", views.chat_page, name="chat"),
+    path("api/v1/health", views.health, name="health"),
+    path("api/v1/chat/conversations", views.conversation_list_api, name="conversation-list"),
+    path("api/v1/chat/conversations/<uuid:conversation_id>", views.conversation_detail_api, name="conversation-detail"),
+    path("api/v1/rag/forms/export.csv", views.forms_export_csv, name="forms-export"),
+    path("api/v1/rag/feedback", include("chatbot.api_feedback")),
+    path("forms/<path:name>", views.form_download, name="form-download"),
+]

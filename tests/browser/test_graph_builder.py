@@ -1,0 +1,212 @@
+"""The graph builder in a real browser: build a small workflow on the canvas, validate, save, test-run, publish.
+
+Runs headless Chromium (the system's /usr/bin/chromium, never a downloaded one) against a real daphne server
+with its own database and index, and leaves a screenshot in docs/screenshots/graph_builder.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.rag.workflows.live_server import PASSWORD, USERNAME, LiveServer, live_server, started_nodes
+
+CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "graph_builder.png"
+BUILT_NODES = ["guard", "language_normalizer", "planner", "query_builder", "tool_executor", "response_synth"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"needs Chromium at {CHROMIUM}: `apt-get install chromium` (or set CHROMIUM_PATH); "
+        "the playwright package drives it, `playwright install` is not needed",
+    ),
+]
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package (requirements-dev.txt)")
+expect = sync_api.expect
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server() as running:
+        yield running
+
+
+@pytest.fixture
+def page(server: LiveServer) -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        context = browser.new_context(viewport={"width": 1600, "height": 940}, device_scale_factor=1)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.set_default_timeout(10_000)
+        page.goto(f"{server.url}/admin/login/?next=/admin/rag_workflows/workflowdraft/builder/")
+        page.fill("#id_username", USERNAME)
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        expect(page.locator("#graph-builder.ready")).to_be_visible()
+        yield page
+        assert not errors, errors
+        browser.close()
+
+
+def node(page: Any, node_id: str) -> Any:
+    return page.locator(f'#gb-canvas [data-node="{node_id}"]')
+
+
+def settled(page: Any) -> None:
+    """Live validation has answered (the canvas is redrawn with its result)."""
+    expect(page.locator("#gb-validity")).not_to_have_text("checking…")
+
+
+def drag_port_to(page: Any, source: str, route: str, target: str) -> None:
+    """Draw an edge with the mouse: from a route's dot onto the target node."""
+    settled(page)
+    port = node(page, source).locator(f'[data-route="{route}"] .gb-port').bounding_box()
+    box = node(page, target).locator(".gb-node-box").bounding_box()
+    assert port and box, f"{source}.{route} or {target} is not on screen"
+    page.mouse.move(port["x"] + port["width"] / 2, port["y"] + port["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 20, box["y"] + 12, steps=8)
+    page.mouse.up()
+
+
+def connect_with_keyboard(page: Any, source: str, route: str, target: str) -> None:
+    """The keyboard alternative: focus the node, Enter to the inspector, pick the route's target."""
+    settled(page)
+    node(page, source).focus()
+    page.keyboard.press("Enter")
+    page.locator(f'#gb-inspector select[data-route="{route}"]').select_option(target)
+
+
+def test_build_validate_save_test_run_and_publish(page: Any, server: LiveServer) -> None:
+    page.once("dialog", lambda dialog: dialog.accept("small pipeline"))
+    page.click("#gb-new")
+    expect(page.locator("#gb-draft-state")).to_contain_text("v1")
+    expect(page.locator("#gb-canvas .gb-empty")).to_be_visible()
+
+    # Nodes: by mouse (drag from the palette onto the canvas), by click, and by keyboard (Enter in the palette).
+    canvas = page.locator("#gb-canvas")
+    page.locator('#gb-palette [data-type="guard"]').drag_to(canvas, target_position={"x": 120, "y": 140})
+    expect(node(page, "guard")).to_be_visible()
+    page.click('#gb-palette [data-type="language_normalizer"]')
+    page.locator('#gb-palette [data-type="planner"]').focus()
+    page.keyboard.press("Enter")
+    for name in BUILT_NODES[3:]:
+        page.click(f'#gb-palette [data-type="{name}"]')
+    for name in BUILT_NODES:
+        expect(node(page, name)).to_be_visible()
+
+    # Unwired nodes are problems, shown on the node and in the list.
+    expect(page.locator("#gb-validity")).to_contain_text("problem")
+    expect(node(page, "guard")).to_have_class(re.compile(r"\bhas-problem\b"))
+    expect(node(page, "guard").locator(".gb-node-problem")).to_contain_text("guard")
+    expect(page.locator("#gb-problems")).to_contain_text("node 'tool_executor' (tool_executor) needs an outgoing edge")
+
+    drag_port_to(page, "guard", "default", "language_normalizer")
+    drag_port_to(page, "language_normalizer", "default", "planner")
+    drag_port_to(page, "planner", "retrieve", "query_builder")
+    drag_port_to(page, "query_builder", "default", "tool_executor")
+    drag_port_to(page, "tool_executor", "default", "response_synth")
+    drag_port_to(page, "response_synth", "default", "END")
+    connect_with_keyboard(page, "guard", "blocked", "END")
+    connect_with_keyboard(page, "planner", "followup", "response_synth")
+    expect(node(page, "planner")).to_have_class(re.compile(r"\bhas-problem\b"))  # 'direct' is still open
+    connect_with_keyboard(page, "planner", "direct", "response_synth")
+
+    # A parameter from the node's typed inputs, and a bound on an edge.
+    node(page, "response_synth").click()
+    page.locator('#gb-inspector [data-param="max_sentences"]').fill("3")
+    page.locator('#gb-inspector [data-param="max_sentences"]').press("Tab")
+    node(page, "planner").click()
+    page.locator('#gb-inspector [data-max-visits="direct"]').fill("1")
+    page.locator('#gb-inspector [data-max-visits="direct"]').press("Tab")
+
+    expect(page.locator("#gb-validity")).to_have_text("✓ valid")
+    expect(page.locator("#gb-canvas .gb-node.has-problem")).to_have_count(0)
+    page.click("#gb-arrange")
+    page.click("#gb-fit")
+
+    page.fill("#gb-note", "first working version")
+    page.click("#gb-save")
+    expect(page.locator("#gb-messages")).to_contain_text("Saved small pipeline v2")
+    page.click("#gb-tab-versions")
+    expect(page.locator("#gb-versions tbody tr")).to_have_count(2)
+    page.click("#gb-versions >> text=Compare selected")
+    expect(page.locator("#gb-diff")).to_contain_text("nodes added")
+
+    # Test-run: the canvas's workflow on a question, its events streamed into the panel as they come.
+    page.click("#gb-tab-run")
+    page.fill("#gb-question", "How do I reset my password?")
+    page.click("#gb-run")
+    expect(page.locator("#gb-run-state")).to_have_text("finished", timeout=20_000)
+    expect(page.locator("#gb-events .gb-ev.ch-meta_summary")).to_have_count(1)
+    expect(page.locator("#gb-events .gb-ev.ch-error")).to_have_count(0)
+    expect(page.locator("#gb-answer")).not_to_be_empty()
+    expect(node(page, "response_synth")).to_have_class(re.compile(r"\bvisited\b"))
+
+    page.select_option("#gb-backend", "chat")
+    page.click("#gb-publish")
+    expect(page.locator("#gb-messages")).to_contain_text("Published small pipeline v2 on chat")
+    expect(page.locator("#gb-draft-state")).to_contain_text("serving chat")
+
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.locator("#gb-messages").evaluate("el => el.replaceChildren()")
+    page.locator("#gb-palette").evaluate("el => { el.scrollTop = 0; }")
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # And the chat backend of the running server now runs what was built.
+    status, events = server.ask(server.client(), "How do I reset my password?")
+    assert status == 200 and events[-1]["channel"] == "meta_summary"
+    assert started_nodes(events) == BUILT_NODES
+
+
+def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restores(page: Any) -> None:
+    expect(page.locator("#gb-draft-state")).to_have_text("read-only")
+    expect(page.locator("#gb-save")).to_be_disabled()
+    expect(node(page, "cache_lookup")).to_be_visible()
+    page.screenshot(path=str(SCREENSHOT.with_name("graph_builder_default.png")), full_page=False)
+
+    page.once("dialog", lambda dialog: dialog.accept("without cache lookup"))
+    page.click("#gb-copy")
+    expect(page.locator("#gb-draft-state")).to_contain_text("v1")
+    expect(page.locator("#gb-save")).to_be_enabled()
+
+    # Delete a node with the keyboard: the nodes that depended on it turn red, with the engine's messages.
+    node(page, "cache_lookup").focus()
+    page.keyboard.press("Delete")
+    expect(node(page, "cache_lookup")).to_have_count(0)
+    expect(page.locator("#gb-validity")).to_contain_text("1 problem")
+    expect(node(page, "language_normalizer")).to_have_class(re.compile(r"\bhas-problem\b"))
+    expect(node(page, "language_normalizer").locator(".gb-node-problem")).to_contain_text("needs an outgoing edge")
+    page.click("#gb-save")
+    expect(page.locator("#gb-messages")).to_contain_text("Saved without cache lookup v2 with")
+    page.click("#gb-publish")
+    expect(page.locator("#gb-messages")).to_contain_text("Not published")
+    page.screenshot(path=str(SCREENSHOT.with_name("graph_builder_problems.png")), full_page=False)
+
+    # Restore v1 from the versions tab: the exact graph comes back, and with it a valid workflow.
+    page.click("#gb-tab-versions")
+    page.click('#gb-versions button[aria-label="Restore v1"]')
+    expect(page.locator("#gb-messages")).to_contain_text("Restored v1 as v3")
+    expect(node(page, "cache_lookup")).to_be_visible()
+    expect(page.locator("#gb-validity")).to_have_text("✓ valid")

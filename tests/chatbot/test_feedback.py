@@ -1,0 +1,265 @@
+"""POST /api/v1/rag/feedback, the feedback admin and its CSV export, and the score sent to telemetry."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from chatbot import feedback as feedback_module
+from chatbot.models import Conversation, Feedback, Message
+from rag.telemetry import Telemetry, trace_id_for
+from tests.rag.telemetry.support import FakeExporter
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/rag/feedback"
+ALICE = uuid.uuid4().hex
+BOB = uuid.uuid4().hex
+
+
+def exchange(client_hex: str, request_id: str, answer: str = "請到登入頁點選「忘記密碼」。", **fields: Any) -> Message:
+    conversation = Conversation.objects.create(client_id=f"anon:{client_hex}", title="如何重設密碼？")
+    Message.objects.create(conversation=conversation, role="user", content="如何重設密碼？", request_id=request_id)
+    return Message.objects.create(
+        conversation=conversation,
+        role="assistant",
+        content=answer,
+        request_id=request_id,
+        trace_id=fields.pop("trace_id", trace_id_for(request_id)),
+        intent="simple_faq",
+        language="zh-hant",
+        usage={"input_tokens": 10, "output_tokens": 20, "total_tokens": 30},
+        latency_ms=850,
+        **fields,
+    )
+
+
+def post(client: Client, payload: Any, *, client_hex: str | None = ALICE, content_type: str = "application/json"):
+    headers = {"HTTP_X_CLIENT_ID": client_hex} if client_hex else {}
+    body = payload if isinstance(payload, str | bytes) else json.dumps(payload)
+    return client.post(URL, body, content_type=content_type, **headers)
+
+
+@pytest.fixture
+def answer() -> Message:
+    return exchange(ALICE, "req-a1")
+
+
+def test_a_thumbs_up_is_stored(client: Client, answer: Message) -> None:
+    response = post(client, {"request_id": "req-a1", "score": "up"})
+
+    assert response.status_code == 201
+    assert response.json()["feedback"] == {
+        "request_id": "req-a1",
+        "trace_id": trace_id_for("req-a1"),
+        "kind": "thumbs",
+        "score": 1,
+        "comment": "",
+        "created": True,
+    }
+    stored = Feedback.objects.get()
+    assert (stored.message, stored.kind, stored.score, stored.client_id) == (answer, "thumbs", 1, f"anon:{ALICE}")
+
+
+def test_a_second_verdict_replaces_the_first(client: Client, answer: Message) -> None:
+    post(client, {"request_id": "req-a1", "score": "down"})
+    response = post(client, {"request_id": "req-a1", "score": 4, "comment": "  clear, but long  "})
+
+    assert response.status_code == 200 and response.json()["feedback"]["created"] is False
+    stored = Feedback.objects.get()
+    assert (stored.kind, stored.score, stored.comment) == ("rating", 4, "clear, but long")
+
+
+def test_the_trace_id_may_name_the_answer(client: Client, answer: Message) -> None:
+    response = post(client, {"trace_id": trace_id_for("req-a1"), "score": "down", "comment": "wrong form"})
+    assert response.status_code == 201
+    assert Feedback.objects.get().message == answer
+
+
+def test_a_verdict_costs_a_bounded_number_of_queries(client: Client, answer: Message, django_assert_max_num_queries):
+    # One read of the exchange, one of an earlier verdict, one write, and update_or_create's savepoints.
+    with django_assert_max_num_queries(7):
+        assert post(client, {"request_id": "req-a1", "score": "up"}).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"request_id": "req-a1"}, "score"),
+        ({"request_id": "req-a1", "score": "meh"}, "score"),
+        ({"request_id": "req-a1", "score": 0}, "score"),
+        ({"request_id": "req-a1", "score": 6}, "score"),
+        ({"request_id": "req-a1", "score": 3.5}, "score"),
+        ({"request_id": "req-a1", "score": True}, "score"),
+        ({"request_id": "req-a1", "score": "up", "comment": "x" * 2001}, "comment"),
+        ({"request_id": "req-a1", "score": "up", "comment": 5}, "comment"),
+        ({"request_id": 12, "score": "up"}, "request_id"),
+        ({"request_id": "r" * 65, "score": "up"}, "request_id"),
+        ({"trace_id": ["a"], "score": "up"}, "trace_id"),
+        ({"score": "up"}, "request_id"),
+        (["req-a1", "up"], "body"),
+        ("{not json", "body"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field(client: Client, answer: Message, payload: Any, field: str) -> None:
+    response = post(client, payload)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("bad_request", field)
+    assert not Feedback.objects.exists()
+
+
+def test_a_comment_of_exactly_the_limit_is_accepted(client: Client, answer: Message) -> None:
+    assert post(client, {"request_id": "req-a1", "score": "up", "comment": "字" * 2000}).status_code == 201
+
+
+def test_a_body_not_declared_json_is_refused(client: Client, answer: Message) -> None:
+    response = post(client, "request_id=req-a1&score=up", content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 415
+
+
+@pytest.mark.parametrize(
+    ("payload", "client_hex"),
+    [
+        ({"request_id": "req-b1", "score": "up"}, ALICE),  # Bob's answer
+        ({"trace_id": trace_id_for("req-b1"), "score": "up"}, ALICE),
+        ({"request_id": "req-a1", "trace_id": trace_id_for("req-b1"), "score": "up"}, ALICE),  # ids that disagree
+        ({"request_id": "req-nope", "score": "up"}, ALICE),
+        ({"request_id": "req-a1", "score": "up"}, None),  # no client id: a new client has no answers
+    ],
+)
+def test_an_answer_that_is_not_the_clients_own_is_not_found(client: Client, answer: Message, payload, client_hex):
+    exchange(BOB, "req-b1")
+    response = post(client, payload, client_hex=client_hex)
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    assert not Feedback.objects.exists()
+
+
+def test_only_post_is_allowed(client: Client) -> None:
+    assert client.get(URL).status_code == 405
+
+
+# --- telemetry ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def telemetry(monkeypatch: pytest.MonkeyPatch) -> tuple[Telemetry, FakeExporter]:
+    exporter = FakeExporter()
+    # Nothing sampled, nothing in this worker's memory: the trace must be created from the stored messages.
+    telemetry = Telemetry(sample_rate=0.0, exporter=exporter)
+    monkeypatch.setattr(feedback_module, "get_telemetry", lambda: telemetry)
+    return telemetry, exporter
+
+
+def test_the_verdict_is_sent_as_a_score_after_commit_with_the_trace_to_create(
+    client: Client, answer: Message, telemetry, django_capture_on_commit_callbacks
+) -> None:
+    _telemetry, exporter = telemetry
+    with django_capture_on_commit_callbacks(execute=True):
+        post(client, {"request_id": "req-a1", "score": "down", "comment": "outdated"})
+
+    [(score, trace)] = exporter.scores
+    assert (score.trace_id, score.name, score.value, score.data_type) == (
+        trace_id_for("req-a1"),
+        "user_feedback",
+        0.0,
+        "BOOLEAN",
+    )
+    assert score.comment == "outdated"
+    assert trace is not None and trace.rebuilt_from == "messages"
+    assert (trace.trace_id, trace.question) == (score.trace_id, "如何重設密碼？")
+    assert trace.answer_chars == len(answer.content)
+    assert (trace.latency_ms, trace.usage, trace.intent) == (850.0, (10, 20, 30), "simple_faq")
+
+
+def test_an_updated_verdict_overwrites_the_same_score(
+    client: Client, answer: Message, telemetry, django_capture_on_commit_callbacks
+) -> None:
+    _telemetry, exporter = telemetry
+    with django_capture_on_commit_callbacks(execute=True):
+        post(client, {"request_id": "req-a1", "score": "down"})
+        post(client, {"request_id": "req-a1", "score": 5})
+    first, second = (score for score, _trace in exporter.scores)
+    assert first.score_id == second.score_id
+    assert (second.name, second.value, second.data_type) == ("user_rating", 5.0, "NUMERIC")
+
+
+def test_without_telemetry_nothing_is_sent(client: Client, answer: Message, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert post(client, {"request_id": "req-a1", "score": "up"}).status_code == 201
+    assert len(callbacks) == 1  # ran, and found telemetry off (the test settings have no Langfuse keys)
+
+
+# --- admin ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def verdicts() -> list[Feedback]:
+    rows = []
+    for i, (kind, score, comment) in enumerate(
+        [("thumbs", 1, "great"), ("thumbs", 0, '=HYPERLINK("http://evil")'), ("rating", 4, "好用")]
+    ):
+        message = exchange(ALICE, f"req-{i}")
+        rows.append(
+            Feedback.objects.create(
+                message=message,
+                request_id=message.request_id,
+                trace_id=message.trace_id,
+                kind=kind,
+                score=score,
+                comment=comment,
+                client_id=f"anon:{ALICE}",
+            )
+        )
+    return rows
+
+
+def read_csv(content: bytes) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(content.decode("utf-8-sig"))))
+
+
+def test_the_changelist_filters_searches_and_offers_the_export(admin_client: Client, verdicts) -> None:
+    page = admin_client.get("/admin/chatbot/feedback/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "/admin/chatbot/feedback/export.csv?" in html and "Export CSV" in html
+    assert admin_client.get("/admin/chatbot/feedback/", {"kind__exact": "rating", "score": "4"}).status_code == 200
+    searched = admin_client.get("/admin/chatbot/feedback/", {"q": "好用"})
+    assert searched.context["cl"].result_count == 1
+    assert admin_client.get("/admin/chatbot/feedback/add/").status_code == 403
+
+
+def test_the_export_button_exports_what_the_changelist_shows(admin_client: Client, verdicts) -> None:
+    everything = admin_client.get("/admin/chatbot/feedback/export.csv")
+    assert everything.status_code == 200 and everything["Content-Type"].startswith("text/csv")
+    rows = read_csv(everything.content)
+    assert sorted(row["request_id"] for row in rows) == ["req-0", "req-1", "req-2"]
+    by_id = {row["request_id"]: row for row in rows}
+    assert by_id["req-2"]["comment"] == "好用" and by_id["req-2"]["score"] == "4"
+    assert by_id["req-1"]["comment"] == '\'=HYPERLINK("http://evil")'  # never a live formula in a spreadsheet
+    assert by_id["req-0"]["answer"] == "請到登入頁點選「忘記密碼」。"
+    assert by_id["req-0"]["trace_id"] == trace_id_for("req-0")
+
+    filtered = read_csv(admin_client.get("/admin/chatbot/feedback/export.csv", {"kind__exact": "thumbs"}).content)
+    assert sorted(row["request_id"] for row in filtered) == ["req-0", "req-1"]
+
+
+def test_the_admin_action_exports_the_selected_rows(admin_client: Client, verdicts) -> None:
+    response = admin_client.post(
+        "/admin/chatbot/feedback/",
+        {"action": "export_csv", "_selected_action": [verdicts[0].pk, verdicts[2].pk]},
+    )
+    assert response.status_code == 200
+    assert sorted(row["request_id"] for row in read_csv(response.content)) == ["req-0", "req-2"]
+
+
+def test_the_export_is_for_staff_only(client: Client, verdicts) -> None:
+    response = client.get("/admin/chatbot/feedback/export.csv")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
