@@ -20,7 +20,7 @@ from django.conf import settings
 
 from chatbot.logcontext import conversation_id_var, request_id_var
 from chatbot.services import UnknownConversation, conversation_context_get, exchange_record
-from rag.events import SOURCE, Event
+from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.wiring import get_runtime
 
@@ -32,6 +32,9 @@ NOT_RECORDED = frozenset({"bad_request", "blocked", "busy"})
 # means nobody is waiting); `continue` finishes it and keeps its events for a client that comes back to resume.
 DISCONNECT_POLICIES = ("cancel", "continue")
 _background: set[asyncio.Task[Any]] = set()
+# How long the terminal event waits for the exchange to be written, so that when a client sees the answer end its
+# conversation is already listed and its message can take feedback. Past this the event goes out anyway.
+RECORD_BEFORE_TERMINAL_WAIT = 5.0
 
 
 class BadRequest(ValueError):
@@ -120,11 +123,21 @@ class ChatExchange:
                 async for event in events:
                     if event["channel"] == "answer":
                         self._answer.append(event["delta"])
+                    elif event["channel"] in TERMINAL_CHANNELS:
+                        await self._recorded_before_terminal()
                     yield event
         finally:
             request_id_var.reset(request_token)
             conversation_id_var.reset(conversation_token)
             self._record_later()
+
+    async def _recorded_before_terminal(self) -> None:
+        self._record_later()
+        if self.recorded is None:
+            return
+        # shield: a client going away now must not cancel the write; errors are logged by `_record_done`.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self.recorded), timeout=RECORD_BEFORE_TERMINAL_WAIT)
 
     def _record_later(self) -> None:
         """Write the exchange once, even when our task is being cancelled (the write runs on its own)."""
