@@ -37,6 +37,19 @@ def client_ref_for(client_id: str) -> str:
     return hashlib.sha256(("client:" + client_id).encode("utf-8")).hexdigest()[:16]
 
 
+def usage_tokens(usage: Usage | Mapping[str, Any] | None) -> tuple[int, int, int]:
+    """(input, output, total) tokens of a call's usage, of a usage mapping as stored or streamed, or of nothing."""
+    if usage is None:
+        return (0, 0, 0)
+    if isinstance(usage, Usage):
+        return (usage.input_tokens, usage.output_tokens, usage.total_tokens)
+    return (
+        int(usage.get("input_tokens", 0)),
+        int(usage.get("output_tokens", 0)),
+        int(usage.get("total_tokens", 0)),
+    )
+
+
 @dataclass(slots=True)
 class NodeSpan:
     """One node's run. Written only until the record is finished; after that the exporter thread reads it."""
@@ -90,45 +103,9 @@ class TraceRecord:
             span.route = route
 
     # --- the LLM backend's side, through `report_generation`
-    def add_generation(
-        self,
-        *,
-        node: str,
-        model: str,
-        usage: Usage | Mapping[str, int] | None,
-        started: float,
-        ended: float | None = None,
-        first_token_at: float | None = None,
-        operation: str = "",
-        error: str = "",
-    ) -> None:
-        if self.finished:
-            return
-        if usage is None:
-            tokens = (0, 0, 0)
-        elif isinstance(usage, Usage):
-            tokens = (usage.input_tokens, usage.output_tokens, usage.total_tokens)
-        else:
-            tokens = (
-                int(usage.get("input_tokens", 0)),
-                int(usage.get("output_tokens", 0)),
-                int(usage.get("total_tokens", 0)),
-            )
-        end = time.time_ns() if ended is None else int(ended * 1e9)
-        self.generations.append(
-            GenerationRecord(
-                node=node,
-                model=model,
-                input_tokens=tokens[0],
-                output_tokens=tokens[1],
-                total_tokens=tokens[2] or tokens[0] + tokens[1],
-                start_ns=int(started * 1e9),
-                end_ns=end,
-                first_token_ns=None if first_token_at is None else int(first_token_at * 1e9),
-                operation=operation,
-                error=error,
-            )
-        )
+    def add_generation(self, generation: GenerationRecord) -> None:
+        if not self.finished:
+            self.generations.append(generation)
 
 
 # The record of the request running in this task. Set by `Telemetry.begin` inside the run's own task, so it
@@ -152,17 +129,23 @@ def report_generation(
     Costs one ContextVar read when the request is not being recorded (telemetry off).
     """
     record = current_trace.get()
-    if record is not None:
-        record.add_generation(
+    if record is None:
+        return
+    input_tokens, output_tokens, total_tokens = usage_tokens(usage)
+    record.add_generation(
+        GenerationRecord(
             node=node,
             model=model,
-            usage=usage,
-            started=started,
-            ended=ended,
-            first_token_at=first_token_at,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            total_tokens=total_tokens or input_tokens + output_tokens,
+            start_ns=int(started * 1e9),
+            end_ns=time.time_ns() if ended is None else int(ended * 1e9),
+            first_token_ns=None if first_token_at is None else int(first_token_at * 1e9),
             operation=operation,
             error=error,
         )
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +191,6 @@ def finished_trace_from_state(record: TraceRecord, state: PipelineState, *, stat
     exporter's thread.
     """
     record.finished = True
-    usage = state.usage
     return FinishedTrace(
         request_id=record.request_id,
         trace_id=record.trace_id,
@@ -228,7 +210,7 @@ def finished_trace_from_state(record: TraceRecord, state: PipelineState, *, stat
         loops=state.loops,
         cached=state.cache_hit is not None,
         sources=tuple(source.doc_id for source in state.sources),
-        usage=(usage.input_tokens, usage.output_tokens, usage.total_tokens),
+        usage=usage_tokens(state.usage),
         nodes=tuple(record.spans),
         generations=tuple(record.generations),
     )
@@ -253,7 +235,6 @@ def trace_summary_from_exchange(
     longer in this worker's memory (answered by another worker, or before a restart)."""
     end_ns = int(finished_at.timestamp() * 1e9)
     start_ns = end_ns - int((latency_ms or 0) * 1e6)
-    usage = usage or {}
     return FinishedTrace(
         request_id=request_id,
         trace_id=trace_id_for(request_id),
@@ -268,11 +249,7 @@ def trace_summary_from_exchange(
         intent=intent,
         conversation_id=conversation_id,
         client_id=client_id,
-        usage=(
-            int(usage.get("input_tokens", 0)),
-            int(usage.get("output_tokens", 0)),
-            int(usage.get("total_tokens", 0)),
-        ),
+        usage=usage_tokens(usage),
         rebuilt_from="messages",
     )
 
