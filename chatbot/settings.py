@@ -150,6 +150,16 @@ EMBEDDING_BASE_URL = env_url("EMBEDDING_BASE_URL", schemes=("http", "https"))
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", LLM_API_KEY)
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "bge-m3")
 EMBEDDING_DIM = env_int("EMBEDDING_DIM", 1024, minimum=8, maximum=65536)
+# Texts per /v1/embeddings request (and per index batch of a network or sentence-transformers embedder).
+EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1, maximum=4096)
+# A local sentence-transformers model folder (needs requirements-st.txt); never a hub name, nothing is downloaded.
+SENTENCE_TRANSFORMERS_MODEL = env_str("SENTENCE_TRANSFORMERS_MODEL")
+# Retrieval fusion: "" = the default of the embedder kind (lexical: sparse; a real model: hybrid_rrf), or one of
+# sparse, dense, hybrid_rrf, hybrid_rescore; the knobs of the hybrid modes (see docs/benchmarks/retrieval.md).
+RAG_SEARCH_MODE = env_choice("RAG_SEARCH_MODE", "", ("", "sparse", "dense", "hybrid_rrf", "hybrid_rescore"))
+RAG_SEARCH_CANDIDATES = env_int("RAG_SEARCH_CANDIDATES", 50, minimum=1, maximum=1000)
+RAG_SEARCH_RRF_K = env_int("RAG_SEARCH_RRF_K", 60, minimum=1, maximum=10000)
+RAG_SEARCH_RESCORE_WEIGHT = env_float("RAG_SEARCH_RESCORE_WEIGHT", 0.1, minimum=0.0, maximum=100.0)
 
 # --- telemetry: off unless the Langfuse keys are set ---------------------------------------------------
 LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")

@@ -6,10 +6,17 @@ With `LLM_BASE_URL` set, one `LLMBackend` per process goes into `deps.llm` (its 
 requests-per-minute windows), with the prompt registry as `deps.prompts`; the process's concurrency manager
 takes its limits from the `LLM_MAX_CONCURRENT_*` settings unless the live settings row was applied first (the
 row wins: staff edit it at run time). Without `LLM_BASE_URL` everything stays offline.
+
+The embedder comes from the settings too (`build_embedder`): a local sentence-transformers folder
+(`SENTENCE_TRANSFORMERS_MODEL`), an OpenAI-compatible server (`EMBEDDING_BASE_URL`, through the same call policy
+and concurrency manager as the LLM), or the offline lexical embedding. The retriever's search mode follows the
+embedder's kind unless `RAG_SEARCH_MODE` says otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -26,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _runtime: PipelineRuntime | None = None
+# the event loop that serves requests (seen by get_runtime): a network embedder's sync calls run there
+_serving_loop: asyncio.AbstractEventLoop | None = None
 
 LLM_BACKENDS = ("default", "chat", "responses", "embedding")
 
@@ -81,6 +90,7 @@ def llm_config_from_settings() -> Any:
         embedding_api_key=settings.EMBEDDING_API_KEY,
         embedding_model=settings.EMBEDDING_MODEL,
         embedding_dim=settings.EMBEDDING_DIM,
+        embedding_batch_size=settings.EMBEDDING_BATCH_SIZE,
     )
 
 
@@ -106,6 +116,68 @@ def build_llm_backend() -> Any:
         return LLMBackend(llm_config_from_settings(), call_policy_config_from_settings())
     except ValueError as exc:
         raise ImproperlyConfigured(f"LLM settings: {exc}") from exc
+
+
+def serving_loop() -> asyncio.AbstractEventLoop | None:
+    return _serving_loop
+
+
+def check_embedding_settings() -> None:
+    """Refuse a bad embedder choice without loading anything (a command checks before it creates a job)."""
+    if settings.SENTENCE_TRANSFORMERS_MODEL:
+        if settings.EMBEDDING_BASE_URL:
+            raise ImproperlyConfigured("set EMBEDDING_BASE_URL or SENTENCE_TRANSFORMERS_MODEL, not both")
+        from rag.retrieval.st_embedder import SentenceTransformersUnavailable, check_model_folder, check_package
+
+        try:
+            check_model_folder(settings.SENTENCE_TRANSFORMERS_MODEL)
+            check_package()
+        except SentenceTransformersUnavailable as exc:
+            raise ImproperlyConfigured(str(exc)) from exc
+
+
+def build_embedder(llm: Any = None) -> Any:
+    """The process's embedder from the settings; a bad choice fails here, at start-up, naming the variable.
+
+    A network embedder shares `llm` (its call policy and RPM windows) when given one, and runs its sync calls
+    (indexing, the semantic cache) on the serving loop, where the concurrency manager lives.
+    """
+    from rag.retrieval.embedding import LexicalEmbedder
+
+    check_embedding_settings()
+    if settings.SENTENCE_TRANSFORMERS_MODEL:
+        from rag.retrieval.st_embedder import SentenceTransformerEmbedder, SentenceTransformersUnavailable
+
+        try:
+            return SentenceTransformerEmbedder(
+                settings.SENTENCE_TRANSFORMERS_MODEL, batch_size=settings.EMBEDDING_BATCH_SIZE
+            )
+        except SentenceTransformersUnavailable as exc:
+            raise ImproperlyConfigured(str(exc)) from exc
+    if settings.EMBEDDING_BASE_URL:
+        from rag.llm import LLMBackend
+        from rag.llm.embedder import OpenAIEmbedder
+
+        if llm is None:
+            try:
+                llm = LLMBackend(llm_config_from_settings(), call_policy_config_from_settings())
+            except ValueError as exc:
+                raise ImproperlyConfigured(f"embedding settings: {exc}") from exc
+        return OpenAIEmbedder(llm, home_loop=serving_loop)
+    return LexicalEmbedder()
+
+
+def search_settings_from_settings(embedder: Any) -> tuple[Any, Any]:
+    """(mode, SearchSettings) for the retriever: RAG_SEARCH_MODE, else the embedder kind's default."""
+    from rag.retrieval.retriever import default_mode
+    from rag.retrieval.store import SearchSettings
+
+    mode = settings.RAG_SEARCH_MODE or default_mode(embedder)
+    return mode, SearchSettings(
+        candidates=settings.RAG_SEARCH_CANDIDATES,
+        rrf_k=settings.RAG_SEARCH_RRF_K,
+        rescore_weight=settings.RAG_SEARCH_RESCORE_WEIGHT,
+    )
 
 
 def apply_live_policy(llm: Any, snapshot: Any) -> None:
@@ -179,14 +251,15 @@ def build_deps() -> PipelineDeps:
     from rag.retrieval.store import open_store_from_settings
     from rag.telemetry import get_telemetry
 
-    llm = build_llm_backend()  # first: a configuration mistake should not leave the store open and locked
+    # first: a configuration mistake (or a missing model folder) should not leave the store open and locked
+    llm = build_llm_backend()
+    embedder = build_embedder(llm)
+    mode, search_settings = search_settings_from_settings(embedder)
     store = open_store_from_settings()
-    from rag.retrieval.embedding import LexicalEmbedder
     from rag.retrieval.retriever import StoreRetriever
 
-    embedder = LexicalEmbedder()
     deps = PipelineDeps(
-        retriever=StoreRetriever(store, embedder),
+        retriever=StoreRetriever(store, embedder, mode=mode, settings=search_settings),
         config=pipeline_config_from_settings(),
         rate_limiter=SlidingWindowRateLimiter(settings.RAG_RATE_LIMIT_PER_MINUTE),
         llm=llm,
@@ -203,6 +276,10 @@ def build_deps() -> PipelineDeps:
             llm.config.chat_model,
             llm.config.responses_model or llm.config.chat_model,
         )
+    embedding_llm = getattr(embedder, "backend", None)
+    if embedding_llm is not None and embedding_llm is not llm:
+        deps.cleanups.append(follow_live_settings(embedding_llm))
+    logger.info("retrieval: embedder %s, search mode %s", embedder.name, mode)
     if settings.RAG_SEMANTIC_CACHE_ENABLED:
         _attach_semantic_cache(deps, store, embedder)
     return deps
@@ -231,7 +308,10 @@ def _attach_semantic_cache(deps: PipelineDeps, store: Any, embedder: Any) -> Non
 
 
 def get_runtime() -> PipelineRuntime:
-    global _runtime
+    global _runtime, _serving_loop
+    # at start-up (warm_up) or in a command there is no running loop; the server's is seen on a later call
+    with contextlib.suppress(RuntimeError):
+        _serving_loop = asyncio.get_running_loop()
     with _lock:
         if _runtime is None:
             from concurrency.live import register_stats_provider

@@ -1,19 +1,26 @@
 """What the reindex and backfill commands share: deciding who runs the job, running it here, following it.
 
 Qdrant local mode lets one process open the store. A command that can open it runs its job in-process (on a
-thread, while the main thread follows the row). When another process holds it, the job is left to that
-process's job runner, and the command follows the row: a text progress bar, then the outcome. Ctrl-C asks the
-job to cancel and waits for it to stop (a second Ctrl-C stops waiting).
+thread with an event loop of its own, while the main thread follows the row). When another process holds it, the
+job is left to that process's job runner, and the command follows the row: a text progress bar, then the
+outcome. Ctrl-C asks the job to cancel and waits for it to stop (a second Ctrl-C stops waiting).
+`job_command_run` is that whole flow; a command gives it how to create its job and how to run it here.
+
+A job run here gets the process's concurrency manager (the deployment's limits) on its loop, and its network
+calls (LLM, embeddings) are made there; the loop's HTTP clients are closed when the job ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 from urllib.parse import urljoin
 
 import httpx
@@ -30,7 +37,9 @@ from rag.documents.services import (
     job_claim,
     job_heartbeat,
     jobs_abandoned_fail,
+    runner_name,
 )
+from rag.retrieval.store import StoreLockedError, VectorStore, open_store_from_settings
 
 SERVICE_NAME = "helpcentre-chatbot"
 PROBE_TIMEOUT = 2.0
@@ -199,3 +208,111 @@ def describe_outcome(job: Job, *, label: str) -> str:
     if job.status == JobStatus.CANCELLED:
         return f"{label} was cancelled: {job.error or 'on request'}"
     return f"{label} failed: {job.error or 'see its log'}"
+
+
+# --- the commands' flow ----------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+Execute = Callable[[Job, VectorStore, threading.Event], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class JobCommand:
+    """What differs between the job commands: the job's noun, the command's name, the help when the store is
+    held by a process that runs no jobs (with `{path}`), and where the API shows the job (optional)."""
+
+    noun: str
+    command: str
+    locked_help: str
+    api_path: str = ""
+
+    def label(self, job: Job) -> str:
+        return f"{self.noun} job #{job.pk}"
+
+
+def command_store(command: JobCommand) -> VectorStore | None:
+    """The store when this command should run the job itself; None when another process's runner will."""
+    try:
+        store = open_store_from_settings()
+    except StoreLockedError as exc:
+        if not server_runner_available():
+            raise CommandError(command.locked_help.format(path=exc.path)) from exc
+        return None
+    if not store.local and server_runner_available(probe=False):
+        # a server's runner is alive on a shared (Qdrant server) store: it runs jobs, this command follows
+        store.close()
+        return None
+    return store
+
+
+def job_command_run(
+    command: JobCommand,
+    *,
+    out: TextIO,
+    create: Callable[[], Job],
+    execute: Execute,
+    no_wait: bool = False,
+    before_create: Callable[[VectorStore], bool] | None = None,
+) -> Job | None:
+    """Create the job and see it through: run here when this process can open the store, else follow the
+    server's runner. Returns the finished row, or None when there is nothing to report (queued with
+    `no_wait`, or `before_create(store)` answered False after saying why)."""
+    store = command_store(command)
+    if store is None:
+        job = create()
+        if no_wait:
+            where = f" ({command.api_path}{job.pk})" if command.api_path else ""
+            out.write(f"Queued {command.label(job)}; the server runs it{where}.")
+            return None
+        out.write(f"{command.label(job).capitalize()} runs in the server; following it (Ctrl-C cancels the job).")
+        return job_follow(job, out=out, label=command.label(job))
+    with store:
+        if before_create is not None and not before_create(store):
+            return None
+        job = create()
+        if no_wait:
+            out.write(
+                f"Queued {command.label(job)}. No server holds the vector store, so nobody runs it until one "
+                f"starts with the job runner; run {command.command} without --no-wait to run it now."
+            )
+            return None
+        return job_run_here(job, store, out=out, label=command.label(job), execute=execute)
+
+
+def job_run_here(job: Job, store: VectorStore, *, out: TextIO, label: str, execute: Execute) -> Job:
+    """Run `execute(job, store, stop)` on an event loop of its own (on the job's thread), following the row."""
+
+    async def main(stop: threading.Event) -> None:
+        from rag.llm.client import aclose_clients
+        from rag.wiring import configure_concurrency_manager
+
+        configure_concurrency_manager()  # the process's manager, with the deployment's limits, on this loop
+        try:
+            await execute(job, store, stop)
+        finally:
+            await aclose_clients()
+
+    local = InProcess(
+        job, runner=runner_name(), store_owner=store.local, body=lambda stop: asyncio.run(main(stop))
+    ).start()
+    try:
+        return job_follow(job, out=out, label=label, local=local)
+    finally:
+        local.stop.set()
+        local.join()
+
+
+async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`fn` on a thread of its own, awaited; the thread's database connection is closed at the end."""
+
+    def call() -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-job-work")
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor, call)
+    finally:
+        executor.shutdown(wait=False)  # never block the loop; a cancelled caller has set the job's stop event

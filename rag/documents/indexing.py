@@ -26,7 +26,8 @@ from rag.documents.hooks import documents_reindexed_notify
 from rag.documents.models import TEXT_PREVIEW_CHARS, Chunk, Document, DocumentStatus, IndexJob, JobStatus
 from rag.documents.services import JobCancelled, JobTracker, bounded, db_retry
 from rag.documents.sources import LoadResult, chunking_for, corpus_dir, format_of, in_scope, load_sources
-from rag.retrieval.embedding import Embedder
+from rag.errors import PipelineAbort
+from rag.retrieval.embedding import Embedder, index_batch_size
 from rag.retrieval.indexer import (
     IndexCancelled,
     IndexedChunk,
@@ -128,6 +129,11 @@ def index_job_execute(
         tracker.finish(JobStatus.CANCELLED, error="cancelled on request; the live index is unchanged")
     except JobFailed as exc:
         tracker.finish(JobStatus.FAILED, error=str(exc))
+    except PipelineAbort as exc:
+        # the embedding server failed (its message names the endpoint); raised before the switch, always
+        logger.error("index job #%s failed: %s", job.pk, exc.message)
+        what = exc.message.rstrip(".")
+        tracker.finish(JobStatus.FAILED, error=f"{what}. The build was dropped; the live index is unchanged.")
     except Exception as exc:
         logger.exception("index job #%s failed", job.pk)
         tracker.finish(JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
@@ -192,6 +198,7 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
         reencode=plan.reencode,
         encoder=encoder,
         config=lambda document: chunking_for(loaded.formats.get(document.doc_id, "")),
+        batch_size=index_batch_size(embedder),
         progress=tracker.progress,
         should_stop=tracker.cancelled,
         # a cancel requested any time before the switch is honoured, however fast the build was

@@ -5,10 +5,15 @@ signed, hashed bag of character n-grams (CJK) and words plus character trigrams 
 It is a weak "dense" signal (no synonyms), kept so the whole dense path is exercised until a real model is
 configured. Hashing is fixed arithmetic (crc32 for Latin features, a splitmix64 mix of packed code points for CJK
 n-grams, vectorised with numpy), never `hash()`, whose per-process seed would change every vector on restart.
+
+Other embedders: `OpenAIEmbedder` (rag.llm.embedder, an OpenAI-compatible `/v1/embeddings` server; async methods
+besides the sync ones) and `SentenceTransformerEmbedder` (rag.retrieval.st_embedder, a local model folder).
+rag.wiring.build_embedder picks one from the settings. The helpers below let callers treat them alike.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import zlib
@@ -36,7 +41,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Sync and CPU- or network-bound: async callers run it in a thread (`asyncio.to_thread`)."""
+    """Sync and CPU- or network-bound: async callers use `aembed_query` below (a thread unless it is async)."""
 
     @property
     def name(self) -> str:
@@ -51,8 +56,51 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> list[float]: ...
 
 
+@runtime_checkable
+class AsyncEmbedder(Embedder, Protocol):
+    """A network embedder: awaited on the event loop, so no thread is held for a round trip."""
+
+    async def aembed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    async def aembed_query(self, text: str) -> list[float]: ...
+
+
+LEXICAL, OPENAI, SENTENCE_TRANSFORMERS = "lexical", "openai", "sentence-transformers"
+EMBEDDER_KINDS = (LEXICAL, OPENAI, SENTENCE_TRANSFORMERS)
+DEFAULT_INDEX_BATCH = 128
+
+
+def embedder_kind(embedder: Embedder) -> str:
+    """lexical, openai or sentence-transformers (an embedder's `kind`; anything without one counts as lexical:
+    test doubles wrap the lexical embedder)."""
+    kind = getattr(embedder, "kind", LEXICAL)
+    return kind if kind in EMBEDDER_KINDS else LEXICAL
+
+
+def index_batch_size(embedder: Embedder, default: int = DEFAULT_INDEX_BATCH) -> int:
+    """Texts the indexer embeds per call (a progress step each): the embedder's `batch_size` when it has one."""
+    size = getattr(embedder, "batch_size", None)
+    return size if isinstance(size, int) and size > 0 else default
+
+
+async def aembed_query(embedder: Embedder, text: str) -> list[float]:
+    """A query vector without blocking the loop: awaited for a network embedder, on a thread otherwise."""
+    if isinstance(embedder, AsyncEmbedder):
+        return await embedder.aembed_query(text)
+    return await asyncio.to_thread(embedder.embed_query, text)
+
+
+def bind_embedder_loop(embedder: Embedder, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Make a network embedder's sync calls (from worker threads) run on `loop`; nothing for the others."""
+    bind = getattr(embedder, "bind_loop", None)
+    if callable(bind):
+        bind(loop)
+
+
 class LexicalEmbedder:
     """Hashed n-gram vectors. Deterministic across processes and machines for the same parameters."""
+
+    kind = LEXICAL
 
     def __init__(
         self,

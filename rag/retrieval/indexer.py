@@ -166,7 +166,7 @@ def build_index(
     try:
         for start in range(0, len(chunks), batch_size):
             batch = chunks[start : start + batch_size]
-            dense = embedder.embed_documents([chunk.embed_text for chunk in batch])
+            dense = embed_batch(embedder, [chunk.embed_text for chunk in batch])
             points = [
                 StorePoint(
                     point_id=point_id(chunk.chunk_id),
@@ -194,6 +194,18 @@ def build_index(
         replaced,
     )
     return IndexReport(len(documents), len(chunks), seconds, collection, replaced, avgdl)
+
+
+def embed_batch(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
+    """`embedder.embed_documents(texts)`, checked: one vector per text, each of the embedder's dimension (a wrong
+    answer must fail the build, not be written into it)."""
+    vectors = embedder.embed_documents(texts)
+    if len(vectors) != len(texts):
+        raise ValueError(f"embedder {embedder.name} returned {len(vectors)} vectors for {len(texts)} texts")
+    for vector in vectors:
+        if len(vector) != embedder.dim:
+            raise ValueError(f"embedder {embedder.name} returned {len(vector)} dimensions, not {embedder.dim}")
+    return vectors
 
 
 def _drop_quietly(store: VectorStore, collection: str) -> None:
@@ -489,7 +501,7 @@ def reindex(
             advance(len(batch))
         for start in range(0, len(work), batch_size):
             items = work[start : start + batch_size]
-            dense = embedder.embed_documents([text for _, _, text in items])
+            dense = embed_batch(embedder, [text for _, _, text in items])
             points = [
                 StorePoint(
                     point_id=point,
@@ -591,7 +603,7 @@ def describe_points(
         zh, en = descriptions[point]
         payload.update(description_zh=zh, description_en=en, described_at=described_at)
         texts.append(stored_embed_text(payload))
-    dense = embedder.embed_documents(texts)
+    dense = embed_batch(embedder, texts)
     points = [
         StorePoint(
             point_id=point,

@@ -1,12 +1,15 @@
 """`StoreRetriever`: the pipeline's `Retriever` over a `VectorStore`.
 
-Embedding and search are CPU-bound (local mode scores in this process), so they run in a worker thread: the
-event loop never waits on them.
+Search is CPU-bound (local mode scores in this process), so it runs in a worker thread: the event loop never
+waits on it. So does a CPU embedder's query embedding; a network embedder's (OpenAI-compatible) is awaited on
+the loop first, through its call policy and the concurrency manager, so no thread waits on the round trip.
 
 Defaults chosen by measurement (scripts/eval_drcd_quick.py on DRCD dev, 3,524 questions, 1,000 paragraphs):
-BM25 alone ("sparse") has the best recall@1; fusing the offline lexical embedding (RRF) costs 7-11 points and
-re-scoring BM25 candidates with it changes nothing. A real embedding model may change that: the mode is a
-parameter, re-run the script before switching.
+BM25 alone ("sparse") has the best recall@1 with the offline lexical embedding; fusing it (RRF) costs 7-11
+points and re-scoring BM25 candidates with it changes nothing. A real embedding model carries meaning the
+lexical one lacks, so its default is RRF fusion (the usual choice, not measured here: no model runs on this
+machine); `RAG_SEARCH_MODE` and the knobs override it, and docs/benchmarks/retrieval.md says how to measure a
+model with `manage.py eval_retrieval --mode ...` before choosing.
 
 Language is a preference, not a filter: in a bilingual help centre the only article answering a question may
 exist in the other language (or carry the English name of a form or an app), and a hard filter would hide it.
@@ -19,12 +22,20 @@ import asyncio
 from collections.abc import Sequence
 from typing import Literal
 
-from rag.retrieval.embedding import Embedder
+from rag.retrieval.embedding import LEXICAL, OPENAI, SENTENCE_TRANSFORMERS, AsyncEmbedder, Embedder, embedder_kind
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
 from rag.state import RetrievedChunk
 
 DEFAULT_MODE: SearchMode = "sparse"
+# per embedder kind (rag.retrieval.embedding.embedder_kind); see the module docstring
+DEFAULT_MODES: dict[str, SearchMode] = {LEXICAL: "sparse", OPENAI: "hybrid_rrf", SENTENCE_TRANSFORMERS: "hybrid_rrf"}
+
+
+def default_mode(embedder: Embedder) -> SearchMode:
+    return DEFAULT_MODES.get(embedder_kind(embedder), DEFAULT_MODE)
+
+
 LanguagePolicy = Literal["boost", "filter", "ignore"]
 # the corpus is written in Traditional Chinese; a Simplified question is converted before retrieval
 _CORPUS_LANGUAGE = {"zh-hant": "zh-hant", "zh-hans": "zh-hant", "en": "en"}
@@ -80,17 +91,28 @@ class StoreRetriever:
     async def search(
         self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
     ) -> list[RetrievedChunk]:
-        return await asyncio.to_thread(self.search_sync, query, limit=limit, language=language, kind=kind)
+        if limit < 1 or not query.strip():
+            return []
+        dense: list[float] | None = None
+        if self.mode != "sparse" and isinstance(self.embedder, AsyncEmbedder):
+            dense = await self.embedder.aembed_query(query)
+        return await asyncio.to_thread(self._search, query, dense=dense, limit=limit, language=language, kind=kind)
 
     def search_sync(
         self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
     ) -> list[RetrievedChunk]:
         """The blocking search, for threads and commands (never call it on the event loop)."""
+        return self._search(query, dense=None, limit=limit, language=language, kind=kind)
+
+    def _search(
+        self, query: str, *, dense: list[float] | None, limit: int, language: str | None, kind: str | None
+    ) -> list[RetrievedChunk]:
         if limit < 1 or not query.strip():
             return []
         preferred = _CORPUS_LANGUAGE.get(language or "")
         boosting = self.language_policy == "boost" and preferred is not None
-        dense = self.embedder.embed_query(query) if self.mode != "sparse" else None
+        if dense is None and self.mode != "sparse":
+            dense = self.embedder.embed_query(query)
         sparse = self.encoder.encode_query(query) if self.mode != "dense" else None
         hits = self.store.search(
             dense,

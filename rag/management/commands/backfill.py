@@ -3,7 +3,8 @@
 Descriptions are stored on the Chunk rows and added to the chunk's searchable text in the live index, so a
 question in one language finds a chunk written in the other (see rag.documents.backfill). Resumable: chunks
 described before are skipped. Like reindex, every run is a BackfillJob row, run here when this command can open
-the vector store, else by the server's job runner while this command follows it; Ctrl-C cancels the job.
+the vector store, else by the server's job runner while this command follows it; Ctrl-C cancels the job (the
+shared flow is rag.documents.follow.job_command_run).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import threading
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rag.documents.backfill import backfill_job_execute
-from rag.documents.follow import InProcess, describe_outcome, job_follow, server_runner_available
-from rag.documents.models import BackfillJob, JobStatus
-from rag.documents.services import backfill_job_create, runner_name
-from rag.retrieval.embedding import LexicalEmbedder
-from rag.retrieval.store import StoreLockedError, VectorStore, open_store_from_settings
+from rag.documents.follow import JobCommand, describe_outcome, in_thread, job_command_run
+from rag.documents.models import BackfillJob, Job, JobStatus
+from rag.documents.services import backfill_job_create
+from rag.retrieval.embedding import Embedder, bind_embedder_loop
+from rag.retrieval.store import VectorStore
 
 NO_LLM = (
     "No LLM is configured (LLM_BASE_URL is empty): backfill needs one to write the descriptions. Nothing was changed."
@@ -30,6 +32,7 @@ LOCKED_HELP = (
     "process and run backfill again, or run the server with its job runner (it runs the job, this command "
     "follows it)."
 )
+BACKFILL = JobCommand(noun="backfill", command="backfill", locked_help=LOCKED_HELP)
 
 
 class Command(BaseCommand):
@@ -48,64 +51,26 @@ class Command(BaseCommand):
         if not settings.LLM_BASE_URL:
             self.stdout.write(NO_LLM)
             return
+        from rag.wiring import check_embedding_settings
+
         try:
-            store: VectorStore | None = open_store_from_settings()
-        except StoreLockedError as exc:
-            if not server_runner_available():
-                raise CommandError(LOCKED_HELP.format(path=exc.path)) from exc
-            store = None
-        if store is not None and not store.local and server_runner_available(probe=False):
-            store.close()
-            store = None
-
-        job = backfill_job_create(limit=limit, created_from="command")
-        if store is None:
-            if options["no_wait"]:
-                self.stdout.write(f"Queued backfill job #{job.pk}; the server runs it.")
-                return
-            self.stdout.write(f"Backfill job #{job.pk} runs in the server; following it (Ctrl-C cancels the job).")
-            job = job_follow(job, out=self.stdout, label=f"backfill job #{job.pk}")
-        else:
-            with store:
-                if options["no_wait"]:
-                    self.stdout.write(
-                        f"Queued backfill job #{job.pk}. No server holds the vector store, so nobody runs it until "
-                        "one starts with the job runner; run backfill without --no-wait to run it now."
-                    )
-                    return
-                job = self._run_here(job, store)
-        self._report(job)
-
-    def _run_here(self, job: BackfillJob, store: VectorStore) -> BackfillJob:
-        from rag.wiring import build_llm_backend, configure_concurrency_manager
-
-        llm = build_llm_backend()
-        embedder = LexicalEmbedder()
-
-        async def main(stop: threading.Event) -> None:
-            # the process's concurrency manager, with the deployment's limits, on this loop
-            configure_concurrency_manager()
-            try:
-                await backfill_job_execute(job=job, store=store, embedder=embedder, llm=llm, stop=stop)
-            finally:
-                from rag.llm.client import aclose_clients
-
-                await aclose_clients()
-
-        local = InProcess(
-            job, runner=runner_name(), store_owner=store.local, body=lambda stop: asyncio.run(main(stop))
-        ).start()
-        try:
-            followed = job_follow(job, out=self.stdout, label=f"backfill job #{job.pk}", local=local)
-        finally:
-            local.stop.set()
-            local.join()
-        return followed  # type: ignore[return-value]
+            check_embedding_settings()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        job = job_command_run(
+            BACKFILL,
+            out=self.stdout,
+            create=lambda: backfill_job_create(limit=limit, created_from="command"),
+            execute=_execute,
+            no_wait=options["no_wait"],
+        )
+        if job is not None:
+            self._report(job)  # type: ignore[arg-type]
 
     def _report(self, job: BackfillJob) -> None:
         if job.status != JobStatus.SUCCEEDED:
             tail = f" Described {job.updated} chunks before it stopped; run backfill again to continue."
-            raise CommandError(describe_outcome(job, label=f"backfill job #{job.pk}") + tail)
+            raise CommandError(describe_outcome(job, label=BACKFILL.label(job)) + tail)
         seconds = job.seconds or 0.0
         self.stdout.write(
             self.style.SUCCESS(
@@ -115,3 +80,14 @@ class Command(BaseCommand):
         )
         if job.failed:
             self.stdout.write(self.style.WARNING("Chunks that failed are tried again by the next backfill."))
+
+
+async def _execute(job: Job, store: VectorStore, stop: threading.Event) -> None:
+    from rag.wiring import build_embedder, build_llm_backend
+
+    assert isinstance(job, BackfillJob)
+    llm = build_llm_backend()
+    embedder: Embedder = await in_thread(build_embedder, llm)  # a local model loads from disk: off the loop
+    # the LLM calls run on this loop; so do the embedding calls of the job's worker thread
+    bind_embedder_loop(embedder, asyncio.get_running_loop())
+    await backfill_job_execute(job=job, store=store, embedder=embedder, llm=llm, stop=stop)

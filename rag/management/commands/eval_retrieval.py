@@ -12,6 +12,11 @@ asks every question through `StoreRetriever.search`, the call the pipeline's too
 
 `--json` prints one JSON object (keys recall@<k>..., mrr, query_ms_p50, query_ms_p95, index_seconds, questions,
 plus details), and nothing else on stdout; skipped paragraphs are listed on stderr.
+
+The embedder is the configured one (rag.wiring.build_embedder: EMBEDDING_BASE_URL, SENTENCE_TRANSFORMERS_MODEL or
+the offline lexical embedding; `--embedder lexical` forces the latter), so a real model is measured the way the
+server would use it; without `--mode` the search mode and knobs are the server's (RAG_SEARCH_MODE, else the
+embedder kind's default). A network embedder's calls go through the call policy and the concurrency manager.
 """
 
 from __future__ import annotations
@@ -21,20 +26,24 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from rag.errors import PipelineAbort
+from rag.llm.client import aclose_clients
 from rag.retrieval.chunking import ChunkingConfig
-from rag.retrieval.embedding import LexicalEmbedder
+from rag.retrieval.embedding import Embedder, LexicalEmbedder, bind_embedder_loop
 from rag.retrieval.indexer import build_index
 from rag.retrieval.loaders import SquadQuestion, chunking_for, read_squad
 from rag.retrieval.loaders.base import SkipFile
 from rag.retrieval.markdown import LANGUAGES, LoadError
-from rag.retrieval.retriever import DEFAULT_MODE, StoreRetriever
-from rag.retrieval.store import SEARCH_MODES, SearchMode, VectorStore
+from rag.retrieval.retriever import StoreRetriever, default_mode
+from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, VectorStore
 from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language
 
 CHUNKINGS = ("passage", "article")
@@ -106,6 +115,29 @@ def gold_rank(doc_ids: list[str], gold: str, depth: int) -> int:
     return 0
 
 
+async def index_and_ask(
+    documents: list[Any],
+    store: VectorStore,
+    retriever: StoreRetriever,
+    questions: list[SquadQuestion],
+    depth: int,
+    chunking: ChunkingConfig,
+    on_loop: Callable[[], None] | None = None,
+) -> tuple[Any, list[int], list[float]]:
+    """Build the index (on a thread) and ask, all on this one loop: a network embedder's calls, at index and at
+    query time, run here under one concurrency manager and one set of HTTP clients."""
+    if on_loop is not None:
+        on_loop()
+    bind_embedder_loop(retriever.embedder, asyncio.get_running_loop())
+    try:
+        report = await asyncio.to_thread(build_index, documents, store, retriever.embedder, config=chunking)
+        ranks, latencies = await ask_all(retriever, questions, depth)
+        return report, ranks, latencies
+    finally:
+        bind_embedder_loop(retriever.embedder, None)
+        await aclose_clients()
+
+
 async def ask_all(
     retriever: StoreRetriever, questions: list[SquadQuestion], depth: int
 ) -> tuple[list[int], list[float]]:
@@ -128,11 +160,14 @@ def evaluate_squad(
     path: Path,
     *,
     ks: tuple[int, ...],
-    mode: SearchMode,
+    mode: SearchMode | None = None,
     limit_questions: int = 0,
     language: str | None = None,
     chunking: ChunkingConfig | None = None,
     errors: list[LoadError] | None = None,
+    embedder: Embedder | None = None,
+    search_settings: SearchSettings | None = None,
+    on_loop: Callable[[], None] | None = None,
 ) -> EvalResult:
     """Index `path` into a temporary store and ask its questions. Raises `SkipFile` for an unusable file."""
     sink: list[LoadError] = errors if errors is not None else []
@@ -143,15 +178,18 @@ def evaluate_squad(
     if not questions:
         raise SkipFile("no answerable questions in the file")
     depth = max(ks)
-    # the product's offline embedder with its default dimensions, as rag.wiring gives the server's retriever
-    embedder = LexicalEmbedder()
+    # default: the product's offline embedder with its default dimensions
+    embedder = embedder or LexicalEmbedder()
     with (
         tempfile.TemporaryDirectory(prefix="eval-retrieval-") as folder,
         VectorStore.open("eval", path=folder) as store,
     ):
-        report = build_index(squad.documents, store, embedder, config=chunking or chunking_for("squad"))
-        retriever = StoreRetriever(store, embedder, mode=mode)
-        ranks, latencies = asyncio.run(ask_all(retriever, questions, depth))
+        retriever = StoreRetriever(store, embedder, mode=mode or default_mode(embedder), settings=search_settings)
+        report, ranks, latencies = asyncio.run(
+            index_and_ask(
+                squad.documents, store, retriever, questions, depth, chunking or chunking_for("squad"), on_loop
+            )
+        )
     n = len(ranks)
     return EvalResult(
         ks=ks,
@@ -175,7 +213,16 @@ class Command(BaseCommand):
         parser.add_argument("--k", default="1,5,10", help="cut-offs for recall@k, comma-separated (default 1,5,10)")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         parser.add_argument(
-            "--mode", choices=SEARCH_MODES, default=DEFAULT_MODE, help="search mode (default: %(default)s)"
+            "--mode",
+            choices=SEARCH_MODES,
+            default=None,
+            help="search mode (default: RAG_SEARCH_MODE, else the embedder kind's: sparse for the lexical one)",
+        )
+        parser.add_argument(
+            "--embedder",
+            choices=("configured", "lexical"),
+            default="configured",
+            help="configured: the server's (EMBEDDING_BASE_URL, SENTENCE_TRANSFORMERS_MODEL...); lexical: offline",
         )
         parser.add_argument("--limit-questions", type=int, default=0, help="ask only the first N questions (0: all)")
         parser.add_argument(
@@ -195,27 +242,45 @@ class Command(BaseCommand):
         ks = parse_ks(options["k"])
         chunking = chunking_for("squad") if options["chunking"] == "passage" else ChunkingConfig()
         errors: list[LoadError] = []
+        from rag.wiring import build_embedder, configure_concurrency_manager, search_settings_from_settings
+
+        try:
+            embedder = build_embedder() if options["embedder"] == "configured" else LexicalEmbedder()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        default, search_settings = search_settings_from_settings(embedder)
+        mode = options["mode"] or default
         try:
             result = evaluate_squad(
                 path,
                 ks=ks,
-                mode=options["mode"],
+                mode=mode,
                 limit_questions=max(0, options["limit_questions"]),
                 language=options["language"],
                 chunking=chunking,
                 errors=errors,
+                embedder=embedder,
+                search_settings=search_settings,
+                on_loop=configure_concurrency_manager,
             )
         except SkipFile as exc:
             raise CommandError(f"{path}: {exc.reason}") from exc
+        except PipelineAbort as exc:
+            raise CommandError(exc.message) from exc
         for error in errors:
             self.stderr.write(f"skipped {error}")
-        summary = result.as_dict() | {"mode": options["mode"], "chunking": options["chunking"], "file": path.name}
+        summary = result.as_dict() | {
+            "mode": mode,
+            "chunking": options["chunking"],
+            "file": path.name,
+            "embedder": embedder.name,
+        }
         if options["json"]:
             self.stdout.write(json.dumps(summary, ensure_ascii=False))
             return
         self.stdout.write(
             f"{path.name}: {result.documents} paragraphs -> {result.chunks} chunks, {result.questions} questions; "
-            f"mode {options['mode']}, chunking {options['chunking']}"
+            f"mode {mode}, chunking {options['chunking']}, embedder {embedder.name}"
         )
         for k in ks:
             self.stdout.write(f"  recall@{k:<3} {result.recall[k]:.4f}")

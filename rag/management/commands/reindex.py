@@ -4,25 +4,31 @@ Incremental: unchanged documents keep their vectors (copied from the live build)
 embedded, documents gone from the given paths are removed; the new build replaces the live one in one alias
 switch (see rag.documents.indexing). Every run is an IndexJob row. When this command can open the vector store
 it runs the job itself; when another process holds it (the running server, Qdrant local mode allowing one
-process) the server's job runner runs it and this command follows its progress. Ctrl-C cancels the job.
+process) the server's job runner runs it and this command follows its progress. Ctrl-C cancels the job (the
+shared flow is rag.documents.follow.job_command_run).
+
+The embedder is the one rag.wiring gives the server's retriever (lexical, an OpenAI-compatible server, or a local
+sentence-transformers model), so the build is in the space the server's queries are embedded in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rag.documents.follow import InProcess, describe_outcome, job_follow, server_runner_available
+from rag.documents.follow import JobCommand, describe_outcome, in_thread, job_command_run
 from rag.documents.indexing import index_job_execute
-from rag.documents.models import IndexJob, JobStatus
-from rag.documents.services import index_job_create, runner_name
+from rag.documents.models import IndexJob, Job, JobStatus
+from rag.documents.services import index_job_create
 from rag.documents.sources import FORMATS
-from rag.retrieval.embedding import LexicalEmbedder
-from rag.retrieval.store import StoreLockedError, VectorStore, open_store_from_settings
+from rag.retrieval.embedding import Embedder, bind_embedder_loop
+from rag.retrieval.store import VectorStore
 
 LOCKED_HELP = (
     "The embedded vector store at {path} is held by another process, most likely the running server "
@@ -30,6 +36,7 @@ LOCKED_HELP = (
     "stop the server and run reindex again, or run a server that has the job runner (it runs the job and this "
     "command follows it). (Or set QDRANT_URL to use a Qdrant server.)"
 )
+REINDEX = JobCommand(noun="index", command="reindex", locked_help=LOCKED_HELP, api_path="/api/v1/rag/index-jobs/")
 
 
 class Command(BaseCommand):
@@ -50,73 +57,49 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if settings.EMBEDDING_BASE_URL:
-            # the server's retriever must embed queries in the same space as this build
-            raise CommandError("EMBEDDING_BASE_URL is set, but reindex only supports the offline lexical embedding yet")
+        from rag.wiring import check_embedding_settings
+
+        try:
+            # a bad embedder choice (a missing model folder...) is reported before any job is created
+            check_embedding_settings()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
         paths = [str(Path(p).resolve()) for p in options["paths"]]
-        job_options = {
-            "paths": paths,
-            "format": options["format"],
-            "full": options["full"],
-            "if_empty": options["if_empty"],
-            "created_from": "command",
-        }
-        try:
-            store: VectorStore | None = open_store_from_settings()
-        except StoreLockedError as exc:
-            if not server_runner_available():
-                raise CommandError(LOCKED_HELP.format(path=exc.path)) from exc
-            store = None
-        if store is not None and not store.local and server_runner_available(probe=False):
-            # a server's runner is alive on a shared (Qdrant server) store: it runs jobs, this command follows
-            store.close()
-            store = None
 
-        if store is None:
-            job = index_job_create(**job_options)
-            if options["no_wait"]:
-                self.stdout.write(f"Queued index job #{job.pk}; the server runs it (/api/v1/rag/index-jobs/{job.pk}).")
-                return
-            self.stdout.write(f"Index job #{job.pk} runs in the server; following it (Ctrl-C cancels the job).")
-            job = job_follow(job, out=self.stdout, label=f"index job #{job.pk}")
-        else:
-            with store:
-                if options["if_empty"]:
-                    count = store.count()
-                    if count:
-                        self.stdout.write(f"{store.alias} already holds {count} chunks; nothing to do (--if-empty).")
-                        return
-                job = index_job_create(**job_options)
-                if options["no_wait"]:
-                    self.stdout.write(
-                        f"Queued index job #{job.pk}. No server holds the vector store, so nobody runs it until one "
-                        "starts with the job runner; run reindex without --no-wait to run it now."
-                    )
-                    return
-                job = self._run_here(job, store)
-        self._report(job)
+        def create() -> Job:
+            return index_job_create(
+                paths=paths,
+                format=options["format"],
+                full=options["full"],
+                if_empty=options["if_empty"],
+                created_from="command",
+            )
 
-    def _run_here(self, job: IndexJob, store: VectorStore) -> IndexJob:
-        # the same embedder rag.wiring gives the server's retriever (its default dimensions)
-        embedder = LexicalEmbedder()
+        def before_create(store: VectorStore) -> bool:
+            if options["if_empty"]:
+                count = store.count()
+                if count:
+                    self.stdout.write(f"{store.alias} already holds {count} chunks; nothing to do (--if-empty).")
+                    return False
+            return True
 
-        def body(stop: threading.Event) -> None:
-            index_job_execute(job=job, store=store, embedder=embedder, stop=stop)
-
-        local = InProcess(job, runner=runner_name(), store_owner=store.local, body=body).start()
-        try:
-            followed = job_follow(job, out=self.stdout, label=f"index job #{job.pk}", local=local)
-        finally:
-            local.stop.set()
-            local.join()
-        return followed  # type: ignore[return-value]
+        job = job_command_run(
+            REINDEX,
+            out=self.stdout,
+            create=create,
+            execute=_execute,
+            no_wait=options["no_wait"],
+            before_create=before_create,
+        )
+        if job is not None:
+            self._report(job)  # type: ignore[arg-type]
 
     def _report(self, job: IndexJob) -> None:
         report = job.report or {}
         for item in report.get("skipped_files", []):
             self.stderr.write(f"skipped {item['path']}: {item['reason']}")
         if job.status != JobStatus.SUCCEEDED:
-            raise CommandError(describe_outcome(job, label=f"index job #{job.pk}"))
+            raise CommandError(describe_outcome(job, label=REINDEX.label(job)))
         if report.get("if_empty"):
             alias = settings.QDRANT_COLLECTION
             self.stdout.write(f"{alias} already holds {job.chunks} chunks; nothing to do (--if-empty).")
@@ -138,3 +121,13 @@ class Command(BaseCommand):
             self.stdout.write(f"kept the indexed version of {doc_id}: its source could not be read this time")
         if job.skipped:
             self.stdout.write(self.style.WARNING(f"{job.skipped} file(s) skipped, see above."))
+
+
+async def _execute(job: Job, store: VectorStore, stop: threading.Event) -> None:
+    from rag.wiring import build_embedder
+
+    assert isinstance(job, IndexJob)
+    embedder: Embedder = await in_thread(build_embedder)  # a local model loads from disk: off the loop
+    # the indexing thread's embedding calls run on this loop, under its concurrency manager
+    bind_embedder_loop(embedder, asyncio.get_running_loop())
+    await in_thread(index_job_execute, job=job, store=store, embedder=embedder, stop=stop)
