@@ -2,17 +2,8 @@ import asyncio
 
 from rag.deps import PipelineConfig
 from rag.nodes.response_synth import ResponseSynth
-from tests.rag.nodes.support import (
-    ENROL_EN,
-    FORM_ACCOUNT,
-    FORM_HOURS,
-    PASSWORD_EN,
-    PASSWORD_ZH,
-    answer_text,
-    drain,
-    make_state,
-    make_writer,
-)
+from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH
+from tests.rag.nodes.support import answer_text, drain, make_state, make_writer
 
 CONFIG = PipelineConfig(stream_chunk_chars=5, forms_base_url="/forms/", forms_export_url="/api/forms.csv")
 

@@ -12,17 +12,9 @@ from rag.deps import PipelineConfig
 from rag.errors import UpstreamError
 from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.response_synth import ResponseSynth
+from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
 from tests.rag.llm.conftest import AttemptLog, BackendFactory
-from tests.rag.nodes.support import (
-    ENROL_EN,
-    FORM_ACCOUNT,
-    FORM_HOURS,
-    PASSWORD_EN,
-    answer_text,
-    drain,
-    make_state,
-    make_writer,
-)
+from tests.rag.nodes.support import answer_text, drain, make_state, make_writer
 
 CONFIG = PipelineConfig(stream_chunk_chars=5, forms_base_url="/forms/", forms_export_url="/api/forms.csv")
 

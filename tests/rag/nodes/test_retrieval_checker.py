@@ -1,7 +1,8 @@
 import pytest
 
 from rag.nodes.retrieval_checker import RetrievalChecker
-from tests.rag.nodes.support import ENROL_EN, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH, chunk, make_state, make_writer
+from tests.rag.chunk_fixtures import ENROL_EN, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH, chunk
+from tests.rag.nodes.support import make_state, make_writer
 
 
 def checker(*, min_score=0.0, min_overlap=0.4, max_loops=2) -> RetrievalChecker:

@@ -1,16 +1,8 @@
 import logging
 
 from rag.nodes.tool_executor import RRF_K, ToolExecutor, fuse
-from tests.rag.nodes.support import (
-    FORM_ACCOUNT,
-    FORM_HOURS,
-    InMemoryRetriever,
-    StaticRetriever,
-    chunk,
-    drain,
-    make_state,
-    make_writer,
-)
+from tests.rag.chunk_fixtures import FORM_ACCOUNT, FORM_HOURS, chunk
+from tests.rag.nodes.support import InMemoryRetriever, StaticRetriever, drain, make_state, make_writer
 
 
 def executor(retriever, *, top_k=5, timeout=1.0) -> ToolExecutor:

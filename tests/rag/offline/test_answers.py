@@ -1,6 +1,13 @@
 from rag.offline import answers
-from rag.state import RetrievedChunk
-from tests.rag.nodes.support import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH
+from tests.rag.chunk_fixtures import (
+    ENROL_EN,
+    FORM_ACCOUNT,
+    FORM_HOURS,
+    PASSWORD_EN,
+    PASSWORD_RULES_ZH,
+    PASSWORD_ZH,
+    form,
+)
 
 
 def test_extractive_answer_cites_each_sentence_and_lists_only_cited_sources():
@@ -28,16 +35,7 @@ def test_extractive_answer_prefers_the_question_language():
 
 
 def test_two_chunks_of_one_article_share_a_number():
-    second = RetrievedChunk(
-        chunk_id="zh-password-reset#1",
-        doc_id="zh-password-reset",
-        title="如何重設密碼",
-        url=PASSWORD_ZH.url,
-        text="新密碼長度至少 12 個字元，密碼須包含數字。",
-        score=0.5,
-        language="zh-hant",
-    )
-    result = answers.extractive_answer("密碼規則", [PASSWORD_ZH, second], language="zh-hant")
+    result = answers.extractive_answer("密碼規則", [PASSWORD_ZH, PASSWORD_RULES_ZH], language="zh-hant")
     assert result is not None
     assert len(result.sources) == 1
 
@@ -73,17 +71,7 @@ def test_forms_answer_lists_every_form_for_a_generic_request():
 
 
 def test_form_download_url_uses_the_file_name_under_the_base_url():
-    chunk = RetrievedChunk(
-        chunk_id="f",
-        doc_id="f",
-        title="t",
-        url="u",
-        text="",
-        score=1,
-        kind="form",
-        form_id="F-1",
-        form_file="forms/hours correction.pdf",
-    )
+    chunk = form("F-1", "", title="t", form_file="forms/hours correction.pdf")
     assert answers.form_download_url(chunk, "/forms/") == "/forms/hours%20correction.pdf"
 
 
