@@ -18,17 +18,18 @@ from django.core.asgi import get_asgi_application
 django_application = ASGIStaticFilesHandler(get_asgi_application())
 
 from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
-from concurrency.live import LiveSettingsMiddleware  # noqa: E402
+from concurrency.live import live_settings_task  # noqa: E402
+from concurrency.worker_tasks import WorkerTasksMiddleware  # noqa: E402
+from rag.documents.runner import job_runner_task  # noqa: E402
+from rag.workflows.live import workflow_sync_task  # noqa: E402
 
-# Published workflows reach this worker within a second through the compiled-graph cache.
-from rag.documents.runner import JobRunnerMiddleware  # noqa: E402
-
-# Each worker starts its live-settings task (settings applied within a second, stats published) on its first
-# connection: daphne has no start-up hook.
-from rag.workflows.live import WorkflowSyncMiddleware  # noqa: E402
-
-# The process that owns the vector store runs the index and backfill jobs (outermost: it forwards lifespan).
-application = JobRunnerMiddleware(WorkflowSyncMiddleware(LiveSettingsMiddleware(build_application(django_application))))
+# Each worker runs its background tasks, started on its first connection (daphne has no start-up hook), each
+# unless its setting switches it off: live settings (a saved change applied within a second, stats published),
+# the workflow sync (published workflows reach this worker within a second), and in the process that owns the
+# vector store the job runner (index and backfill jobs).
+application = WorkerTasksMiddleware(
+    build_application(django_application), [live_settings_task, workflow_sync_task, job_runner_task]
+)
 
 from django.conf import settings  # noqa: E402
 

@@ -2,8 +2,8 @@
 
 Public API:
 
-- ``live_settings_start()`` / ``live_settings_stop()``: the one background task per process (started by
-  ``LiveSettingsMiddleware`` on the first ASGI connection).
+- ``live_settings_start()`` / ``live_settings_stop()``: the one background task per process, ``live_settings_task``
+  (started by ``concurrency.worker_tasks.WorkerTasksMiddleware`` on the first ASGI connection).
 - ``on_settings_applied(fn)``: ``fn(SettingsSnapshot)`` after each applied change (rpm, retries, sample rate).
 - ``register_stats_provider(name, fn)``: extra per-worker stats shown in the console.
 - ``worker_stats()`` / ``workers_read()``: this worker's stats; every live worker's, from Redis.
@@ -12,8 +12,14 @@ Public API:
 from __future__ import annotations
 
 from .apply import on_settings_applied, settings_apply, settings_apply_soon, settings_current, settings_forget
-from .middleware import LiveSettingsMiddleware
-from .runner import LiveSettingsRunner, live_settings_running, live_settings_start, live_settings_stop
+from .runner import (
+    LiveSettingsRunner,
+    live_settings_enabled,
+    live_settings_running,
+    live_settings_start,
+    live_settings_stop,
+    live_settings_task,
+)
 from .snapshot import SettingsSnapshot
 from .workers import (
     redis_config,
@@ -25,12 +31,13 @@ from .workers import (
 )
 
 __all__ = [
-    "LiveSettingsMiddleware",
     "LiveSettingsRunner",
     "SettingsSnapshot",
+    "live_settings_enabled",
     "live_settings_running",
     "live_settings_start",
     "live_settings_stop",
+    "live_settings_task",
     "on_settings_applied",
     "redis_config",
     "register_stats_provider",

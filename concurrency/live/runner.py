@@ -19,6 +19,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from concurrency.worker_tasks import WorkerTask
+
 from .apply import bind_loop, settings_apply, settings_current
 from .snapshot import SettingsSnapshot
 from .workers import (
@@ -31,13 +33,19 @@ from .workers import (
     workers_index_key,
 )
 
-__all__ = ["LiveSettingsRunner", "live_settings_running", "live_settings_start", "live_settings_stop"]
+__all__ = [
+    "LiveSettingsRunner",
+    "live_settings_enabled",
+    "live_settings_running",
+    "live_settings_start",
+    "live_settings_stop",
+    "live_settings_task",
+]
 
 logger = logging.getLogger(__name__)
 
 _TICK = 0.1  # longest the loop below sleeps: bounds how late a poll result or a stats publish is
 _REDIS_OP_TIMEOUT = 1.0
-_RESTART_DELAY = 5.0  # after a crash, the next start() waits this long, so a bug cannot spin
 
 
 def _db_read(known_version: int | None) -> SettingsSnapshot | None:
@@ -227,59 +235,43 @@ class LiveSettingsRunner:
 
 # ------------------------------------------------------------------------------------------------ lifecycle
 
-_task: asyncio.Task[None] | None = None
-_runner: LiveSettingsRunner | None = None
-_crashed_at = 0.0
+
+def live_settings_enabled() -> bool:
+    """``settings.CONCURRENCY_LIVE_SETTINGS`` (default on): tests of other apps that drive the ASGI application
+    through communicators may turn the background task off."""
+    from django.conf import settings
+
+    return bool(getattr(settings, "CONCURRENCY_LIVE_SETTINGS", True))
+
+
+def _describe(runner: LiveSettingsRunner) -> str:
+    return f"{runner.worker_id}, {'Redis pub/sub' if runner.redis_url else 'database poll'}"
+
+
+# after a crash it restarts after 5 s, so a bug cannot spin
+live_settings_task: WorkerTask[LiveSettingsRunner] = WorkerTask(
+    "concurrency-live-settings",
+    LiveSettingsRunner.from_settings,
+    restart_delay=5.0,
+    enabled=live_settings_enabled,
+    describe=_describe,
+)
 
 
 def live_settings_start(runner: LiveSettingsRunner | None = None) -> asyncio.Task[None] | None:
     """Start this process's live-settings task on the running loop, once; later calls return the same task.
 
-    Call from async code (the ASGI wrapper does it on the first connection). Returns None while a crashed task
-    waits to be restarted.
+    Call from async code (`WorkerTasksMiddleware` does it on the first connection). Returns None while a crashed
+    task waits to be restarted.
     """
-    global _task, _runner
-    loop = asyncio.get_running_loop()
-    task = _task
-    if task is not None and not task.done():
-        if task.get_loop() is loop:
-            return task
-        if not task.get_loop().is_closed():
-            raise RuntimeError("the live-settings task already runs on another event loop")
-    if time.monotonic() - _crashed_at < _RESTART_DELAY:
-        return None
-    _runner = runner or LiveSettingsRunner.from_settings()
-    _task = loop.create_task(_runner.run(), name="concurrency-live-settings")
-    _task.add_done_callback(_on_done)
-    logger.info(
-        "LLM concurrency live settings started in %s (%s)",
-        _runner.worker_id,
-        "Redis pub/sub" if _runner.redis_url else "database poll",
-    )
-    return _task
+    return live_settings_task.start(None if runner is None else lambda: runner)
 
 
 async def live_settings_stop() -> None:
     """Stop the task (it removes this worker from the console's list) and wait for it."""
-    global _task, _runner
-    task, _task, _runner = _task, None, None
-    if task is None or task.done():
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await live_settings_task.stop()
 
 
 def live_settings_running() -> LiveSettingsRunner | None:
     """The runner of the live task, if one runs."""
-    return _runner if _task is not None and not _task.done() else None
-
-
-def _on_done(task: asyncio.Task[None]) -> None:
-    global _crashed_at
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is not None:
-        _crashed_at = time.monotonic()
-        logger.error("LLM concurrency live-settings task crashed; restarting on a later request", exc_info=exc)
+    return live_settings_task.running()

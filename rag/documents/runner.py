@@ -6,8 +6,9 @@ commands know someone will run what they queue. It uses the pipeline runtime's o
 (`get_runtime().deps()`): the store it switches is the one the retriever searches, so the server answers from
 the new build as soon as the alias moves (in local mode the store swaps its in-memory copy in the same step).
 
-In the server it is started like the live-settings task: `JobRunnerMiddleware` wraps the ASGI application and
-starts it on the first connection (daphne has no start-up hook) or at lifespan start-up (uvicorn). It runs where
+In the server it is started like the live-settings task: `job_runner_task` is one of the tasks
+`concurrency.worker_tasks.WorkerTasksMiddleware` starts on the first connection (daphne has no start-up hook) or
+at lifespan start-up (uvicorn), and restarts after a crash. It runs where
 ``settings.RAG_JOB_RUNNER`` is true (default: ``RAG_PRELOAD``, i.e. in the process that takes the store first).
 """
 
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError, connections
 
+from concurrency.worker_tasks import WorkerTask
 from rag.documents.backfill import backfill_job_execute
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import BackfillJob, IndexJob, Job
@@ -36,11 +38,12 @@ from rag.retrieval.store import StoreLockedError, VectorStore
 __all__ = [
     "JobContext",
     "JobRunner",
-    "JobRunnerMiddleware",
     "job_execute",
+    "job_runner_enabled",
     "job_runner_running",
     "job_runner_start",
     "job_runner_stop",
+    "job_runner_task",
     "run_blocking",
     "runtime_job_context",
 ]
@@ -49,7 +52,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _RETRY_DELAY = 5.0
-_RESTART_DELAY = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,82 +213,36 @@ class JobRunner:
 
 # ------------------------------------------------------------------------------------------------ lifecycle
 
-_task: asyncio.Task[None] | None = None
-_runner: JobRunner | None = None
-_crashed_at = 0.0
-
-
-def job_runner_start(runner: JobRunner | None = None) -> asyncio.Task[None] | None:
-    """Start this process's job runner on the running loop, once; later calls return the same task (None while
-    a crashed runner waits to be restarted)."""
-    global _task, _runner
-    loop = asyncio.get_running_loop()
-    task = _task
-    if task is not None and not task.done():
-        if task.get_loop() is loop:
-            return task
-        if not task.get_loop().is_closed():
-            raise RuntimeError("the job runner already runs on another event loop")
-    if time.monotonic() - _crashed_at < _RESTART_DELAY:
-        return None
-    _runner = runner or JobRunner()
-    _task = loop.create_task(_runner.run(), name="rag-job-runner")
-    _task.add_done_callback(_on_done)
-    return _task
-
-
-async def job_runner_stop() -> None:
-    """Stop the runner; a running job is stopped between batches (a reindex leaves the live index as it was)."""
-    global _task, _runner
-    task, _task, _runner = _task, None, None
-    if task is None or task.done():
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
-def job_runner_running() -> JobRunner | None:
-    return _runner if _task is not None and not _task.done() else None
-
-
-def _on_done(task: asyncio.Task[None]) -> None:
-    global _crashed_at
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is not None:
-        _crashed_at = time.monotonic()
-        logger.error("the job runner crashed; restarting on a later request", exc_info=exc)
-
 
 def job_runner_enabled() -> bool:
     return bool(getattr(settings, "RAG_JOB_RUNNER", getattr(settings, "RAG_PRELOAD", False)))
 
 
-class JobRunnerMiddleware:
-    """ASGI wrapper starting the job runner on the first connection of any kind, or at lifespan start-up.
+def _new_runner() -> JobRunner:
+    return JobRunner()
 
-    Lifespan messages are passed on to the wrapped application (put this outside LiveSettingsMiddleware, which
-    answers them).
-    """
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+# Stopping gives a running reindex the 30 s `job_execute` allows it to end itself, and a little more.
+job_runner_task: WorkerTask[JobRunner] = WorkerTask(
+    "rag-job-runner",
+    _new_runner,
+    restart_delay=5.0,
+    stop_timeout=35.0,
+    enabled=job_runner_enabled,
+    describe=lambda runner: runner.name,
+)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
 
-            async def watched() -> Any:
-                message = await receive()
-                if message["type"] == "lifespan.startup" and job_runner_enabled():
-                    job_runner_start()
-                elif message["type"] == "lifespan.shutdown":
-                    await job_runner_stop()
-                return message
+def job_runner_start(runner: JobRunner | None = None) -> asyncio.Task[None] | None:
+    """Start this process's job runner on the running loop, once; later calls return the same task (None while
+    a crashed runner waits to be restarted)."""
+    return job_runner_task.start(None if runner is None else lambda: runner)
 
-            await self.app(scope, watched, send)
-            return
-        if job_runner_enabled():
-            job_runner_start()
-        await self.app(scope, receive, send)
+
+async def job_runner_stop() -> None:
+    """Stop the runner; a running job is stopped between batches (a reindex leaves the live index as it was)."""
+    await job_runner_task.stop()
+
+
+def job_runner_running() -> JobRunner | None:
+    return job_runner_task.running()

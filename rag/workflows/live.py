@@ -12,9 +12,9 @@ processes, so each check reads the published drafts' (backend, id, version) from
 indexed query of at most two rows. Either way the reads run on one dedicated thread, never on the event loop,
 and a publish made in this process wakes its task at once.
 
-Start it with `WorkflowSyncMiddleware` around the ASGI application (daphne has no start-up hook, so it starts
-on the first connection), and call `workflow_sync_preload()` at start-up so the first requests already run what
-is published.
+It is `workflow_sync_task`, one of the tasks `concurrency.worker_tasks.WorkerTasksMiddleware` starts around the
+ASGI application (daphne has no start-up hook, so it starts on the first connection); call
+`workflow_sync_preload()` at start-up so the first requests already run what is published.
 """
 
 from __future__ import annotations
@@ -22,24 +22,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
+from concurrency.worker_tasks import WorkerTask
 from rag.engine import WorkflowDefinition
 from rag.runtime import BACKENDS, PipelineRuntime
 
 __all__ = [
     "WorkflowSync",
-    "WorkflowSyncMiddleware",
     "workflow_generation_bump",
+    "workflow_sync_enabled",
     "workflow_sync_nudge",
     "workflow_sync_preload",
     "workflow_sync_start",
     "workflow_sync_stop",
+    "workflow_sync_task",
 ]
 
 logger = logging.getLogger(__name__)
@@ -282,107 +284,61 @@ class _Change:
 
 # ------------------------------------------------------------------------------------------------ lifecycle
 
-_sync: WorkflowSync | None = None
-_task: asyncio.Task[None] | None = None
 
-
-def workflow_sync_start(
-    sync: WorkflowSync | None = None, *, factory: Callable[[], WorkflowSync] | None = None
-) -> WorkflowSync:
-    """Start this process's sync task on the running loop, once; later calls return the same sync.
-
-    `sync` (or one made by `factory`, else the one `workflow_sync_preload` loaded, else a new one) is only used
-    when no task runs yet.
-    """
-    global _sync, _task
-    loop = asyncio.get_running_loop()
-    if _task is not None and not _task.done():
-        if _task.get_loop() is loop:
-            assert _sync is not None
-            return _sync
-        if not _task.get_loop().is_closed():
-            raise RuntimeError("the workflow sync task already runs on another event loop")
-    preloaded = _sync if _task is None and sync is None and factory is None else None
-    _sync = sync or preloaded or (factory or WorkflowSync)()
-    _task = loop.create_task(_sync.run(), name="rag-workflow-sync")
-    _task.add_done_callback(_on_done)
-    return _sync
-
-
-def workflow_sync_preload() -> bool:
-    """At server start-up, from sync code on the thread that will run the event loop (next to `warm_up()`):
-    apply the published workflows before the first request, so a restarted worker never serves a stale one.
-    The task started later by `WorkflowSyncMiddleware` carries on from what this loaded."""
-    global _sync
-    if _task is not None or not _enabled():
-        return False
-    _sync = _sync or WorkflowSync()
-    return _sync.load_blocking()
-
-
-async def workflow_sync_stop() -> None:
-    global _sync, _task
-    task, _task, _sync = _task, None, None
-    if task is not None and not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-def workflow_sync_nudge() -> None:
-    """From any thread: make this process's sync task check now (a publish made here is then live at once)."""
-    sync, task = _sync, _task
-    if sync is None or task is None or task.done():
-        return
-    loop = task.get_loop()
-    if loop.is_closed():
-        return
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        sync.nudge()
-    else:
-        loop.call_soon_threadsafe(sync.nudge)
-
-
-def _on_done(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("the workflow sync task stopped: %r; the next connection restarts it", task.exception())
-
-
-def _enabled() -> bool:
+def workflow_sync_enabled() -> bool:
     """``settings.RAG_WORKFLOW_SYNC`` (default on): tests that drive the ASGI application with communicators
     on short-lived loops may turn it off."""
     return bool(getattr(settings, "RAG_WORKFLOW_SYNC", True))
 
 
-class WorkflowSyncMiddleware:
-    """ASGI wrapper: starts the sync task on the first connection (or at lifespan startup) of each worker.
+_preloaded: WorkflowSync | None = None  # what `workflow_sync_preload` loaded, for the task to carry on from
 
-    It never holds a connection back: what is published at start-up is loaded by `workflow_sync_preload()`.
+
+def _new_sync() -> WorkflowSync:
+    global _preloaded
+    sync, _preloaded = _preloaded, None
+    return sync or WorkflowSync()
+
+
+workflow_sync_task: WorkerTask[WorkflowSync] = WorkerTask(
+    "rag-workflow-sync",
+    _new_sync,
+    restart_delay=5.0,
+    enabled=workflow_sync_enabled,
+    describe=lambda sync: "shared cache" if sync.shared_cache else "database check",
+)
+
+
+def workflow_sync_start(
+    sync: WorkflowSync | None = None, *, factory: Callable[[], WorkflowSync] | None = None
+) -> WorkflowSync | None:
+    """Start this process's sync task on the running loop, once; later calls return the same sync (None while
+    a crashed task waits to be restarted).
+
+    `sync` (or one made by `factory`, else the one `workflow_sync_preload` loaded, else a new one) is only used
+    when no task runs yet.
     """
+    workflow_sync_task.start(factory if sync is None else lambda: sync)
+    return workflow_sync_task.running()
 
-    def __init__(self, app: Any, *, sync_factory: Callable[[], WorkflowSync] | None = None) -> None:
-        self.app = app
-        self.sync_factory = sync_factory
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await self.app(scope, self._lifespan_receive(receive), send)
-            return
-        if _enabled():
-            workflow_sync_start(factory=self.sync_factory)
-        await self.app(scope, receive, send)
+def workflow_sync_preload() -> bool:
+    """At server start-up, from sync code on the thread that will run the event loop (next to `warm_up()`):
+    apply the published workflows before the first request, so a restarted worker never serves a stale one.
+    The task started later by `WorkerTasksMiddleware` carries on from what this loaded."""
+    global _preloaded
+    if workflow_sync_task.running() is not None or not workflow_sync_enabled():
+        return False
+    _preloaded = _preloaded or WorkflowSync()
+    return _preloaded.load_blocking()
 
-    def _lifespan_receive(self, receive: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
-        async def wrapped() -> Any:
-            message = await receive()
-            if message.get("type") == "lifespan.startup" and _enabled():
-                workflow_sync_start(factory=self.sync_factory)
-            elif message.get("type") == "lifespan.shutdown":
-                await workflow_sync_stop()
-            return message
 
-        return wrapped
+async def workflow_sync_stop() -> None:
+    global _preloaded
+    _preloaded = None
+    await workflow_sync_task.stop()
+
+
+def workflow_sync_nudge() -> None:
+    """From any thread: make this process's sync task check now (a publish made here is then live at once)."""
+    workflow_sync_task.call_soon(WorkflowSync.nudge)

@@ -12,12 +12,12 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from concurrency.live import (
-    LiveSettingsMiddleware,
     LiveSettingsRunner,
     SettingsSnapshot,
     live_settings_running,
     live_settings_start,
     live_settings_stop,
+    live_settings_task,
     on_settings_applied,
     register_stats_provider,
     settings_apply,
@@ -29,6 +29,7 @@ from concurrency.manager import get_manager, reset_manager
 from concurrency.models import ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
+from concurrency.worker_tasks import WorkerTasksMiddleware
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 
@@ -194,7 +195,7 @@ async def test_the_asgi_wrapper_starts_the_task_on_the_first_connection(stop_run
     async def app(scope, receive, send) -> None:
         calls.append(scope["type"])
 
-    wrapped = LiveSettingsMiddleware(app)
+    wrapped = WorkerTasksMiddleware(app, [live_settings_task])
     await wrapped({"type": "http"}, None, None)
     await wrapped({"type": "websocket"}, None, None)
 
@@ -209,7 +210,7 @@ async def test_the_asgi_wrapper_can_be_switched_off(settings) -> None:
     async def app(scope, receive, send) -> None:
         calls.append(scope["type"])
 
-    await LiveSettingsMiddleware(app)({"type": "http"}, None, None)
+    await WorkerTasksMiddleware(app, [live_settings_task])({"type": "http"}, None, None)
 
     assert calls == ["http"]
     assert live_settings_running() is None
@@ -228,7 +229,7 @@ async def test_the_asgi_wrapper_answers_lifespan_itself() -> None:
     async def app(scope, receive, send) -> None:  # pragma: no cover - must not be called for lifespan
         raise AssertionError("lifespan reached the application")
 
-    await LiveSettingsMiddleware(app)({"type": "lifespan"}, inbox.get, send)
+    await WorkerTasksMiddleware(app, [live_settings_task])({"type": "lifespan"}, inbox.get, send)
 
     assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert live_settings_running() is None

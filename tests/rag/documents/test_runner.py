@@ -13,9 +13,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import OperationalError
 
+from concurrency.worker_tasks import WorkerTasksMiddleware
 from rag.documents import runner as runner_module
 from rag.documents.models import IndexJob, JobRunnerHeartbeat, JobStatus
-from rag.documents.runner import JobContext, JobRunner, JobRunnerMiddleware
+from rag.documents.runner import JobContext, JobRunner, job_runner_task
 from rag.documents.services import index_job_create
 from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.store import VectorStore
@@ -118,10 +119,14 @@ async def test_a_runner_that_cannot_have_the_store_waits_without_claiming(config
     assert job.status == JobStatus.PENDING
 
 
-async def test_the_middleware_starts_the_runner_once_and_passes_lifespan_on(monkeypatch: Any, settings: Any) -> None:
+async def test_the_middleware_starts_the_runner_once_and_stops_it_at_lifespan_shutdown(
+    monkeypatch: Any, settings: Any
+) -> None:
     started: list[str] = []
 
     class FakeRunner:
+        name = "fake:1"
+
         async def run(self) -> None:
             started.append("run")
             await asyncio.sleep(3600)
@@ -132,39 +137,53 @@ async def test_the_middleware_starts_the_runner_once_and_passes_lifespan_on(monk
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         seen.append(scope["type"])
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
 
-    wrapped = JobRunnerMiddleware(app)
-    await wrapped({"type": "http"}, None, None)
-    await wrapped({"type": "http"}, None, None)
-    await asyncio.sleep(0.01)
-    assert runner_module.job_runner_running() is not None and started == ["run"]
+    wrapped = WorkerTasksMiddleware(app, [job_runner_task])
+    try:
+        await wrapped({"type": "http"}, None, None)
+        await wrapped({"type": "http"}, None, None)
+        await asyncio.sleep(0.01)
+        assert isinstance(runner_module.job_runner_running(), FakeRunner) and started == ["run"]
 
-    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
-    sent: list[str] = []
+        messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+        sent: list[str] = []
 
-    async def receive() -> dict[str, str]:
-        return next(messages)
+        async def receive() -> dict[str, str]:
+            return next(messages)
 
-    async def send(message: dict[str, str]) -> None:
-        sent.append(message["type"])
+        async def send(message: dict[str, str]) -> None:
+            sent.append(message["type"])
 
-    await wrapped({"type": "lifespan"}, receive, send)
-    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
-    assert runner_module.job_runner_running() is None  # stopped at shutdown
-    assert seen == ["http", "http", "lifespan"]
+        await wrapped({"type": "lifespan"}, receive, send)
+        assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+        assert runner_module.job_runner_running() is None  # stopped at shutdown
+        assert started == ["run"]  # startup found the runner already running
+        assert seen == ["http", "http"]  # the lifespan scope is answered by the middleware
+    finally:
+        await runner_module.job_runner_stop()
 
 
 async def test_the_runner_is_off_unless_enabled(monkeypatch: Any, settings: Any) -> None:
+    class FakeRunner:
+        name = "fake:1"
+
+        async def run(self) -> None:
+            await asyncio.sleep(3600)
+
+    monkeypatch.setattr(runner_module, "JobRunner", FakeRunner)
     settings.RAG_JOB_RUNNER = False
-    calls: list[int] = []
-    monkeypatch.setattr(runner_module, "job_runner_start", lambda: calls.append(1))
+    calls: list[str] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        return None
+        calls.append(scope["type"])
 
-    await JobRunnerMiddleware(app)({"type": "http"}, None, None)
-    assert calls == []
+    wrapped = WorkerTasksMiddleware(app, [job_runner_task])
+    try:
+        await wrapped({"type": "http"}, None, None)
+        assert calls == ["http"] and runner_module.job_runner_running() is None
+
+        settings.RAG_JOB_RUNNER = True  # the switch is read at each connection
+        await wrapped({"type": "http"}, None, None)
+        assert isinstance(runner_module.job_runner_running(), FakeRunner)
+    finally:
+        await runner_module.job_runner_stop()

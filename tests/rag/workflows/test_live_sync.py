@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
+from concurrency.worker_tasks import WorkerTasksMiddleware
 from rag.deps import PipelineDeps
 from rag.nodes import build_registry
 from rag.runtime import AskRequest, PipelineRuntime
@@ -125,7 +126,7 @@ async def test_a_publish_in_this_process_wakes_the_task_at_once() -> None:
         await live.workflow_sync_stop()
 
 
-async def test_the_asgi_wrapper_starts_one_task_and_holds_no_connection_back(settings: Any) -> None:
+async def test_the_asgi_wrapper_starts_one_task_and_holds_no_connection_back(settings: Any, monkeypatch: Any) -> None:
     settings.RAG_WORKFLOW_SYNC = True
     runtime = make_runtime()
     draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
@@ -135,12 +136,16 @@ async def test_the_asgi_wrapper_starts_one_task_and_holds_no_connection_back(set
     async def app(scope: dict, receive: object, send: object) -> None:
         calls.append(scope["type"])
 
-    wrapped = live.WorkflowSyncMiddleware(
-        app, sync_factory=lambda: live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    monkeypatch.setattr(
+        live.workflow_sync_task,
+        "factory",
+        lambda: live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False),
     )
+    wrapped = WorkerTasksMiddleware(app, [live.workflow_sync_task])
     try:
         await wrapped({"type": "http"}, None, None)
         sync = live.workflow_sync_start()
+        assert sync is not None
         await wrapped({"type": "websocket"}, None, None)
         assert live.workflow_sync_start() is sync  # one task per process
         assert calls == ["http", "websocket"]
