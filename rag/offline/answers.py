@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from rag.offline import messages
+from rag.offline.passages import answer_sentences
 from rag.offline.terms import query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
 
@@ -100,9 +101,12 @@ def extractive_answer(
     wanted = query_terms(question)
     candidates: list[tuple[float, int, int, str]] = []  # (score, chunk index, position, sentence)
     for rank, chunk in enumerate(articles):
-        # A chunk whose title or section names the question's words is about it; a passing mention is not.
-        title_hits = len(wanted & text_terms(f"{chunk.title} {chunk.heading}"))
-        for position, sentence in enumerate(split_sentences(chunk.text)):
+        # A chunk whose title or section names the question's words is about it; a passing mention is not. So is
+        # a sentence under a heading inside the chunk (a merged section) that names them.
+        about = wanted & text_terms(f"{chunk.title} {chunk.heading}")
+        for position, line in enumerate(answer_sentences(chunk)):
+            sentence = line.text
+            title_hits = len(about | (wanted & text_terms(line.section))) if line.section else len(about)
             if sentence.endswith((":", "：")):
                 continue  # introduces a list we would not show
             hits = len(wanted & text_terms(sentence))
@@ -128,7 +132,7 @@ def extractive_answer(
     if len(chosen) < min_sentences and articles:
         # Too little matched word for word: lead with the best chunk's opening, which usually states its point.
         lead = max(chunk_best, key=chunk_best.__getitem__) if chunk_best else 0
-        for position, sentence in enumerate(split_sentences(articles[lead].text)):
+        for position, sentence in enumerate(line.text for line in answer_sentences(articles[lead])):
             if len(chosen) >= min_sentences:
                 break
             if sentence not in seen_text and not sentence.endswith((":", "：")):

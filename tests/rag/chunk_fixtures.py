@@ -109,3 +109,43 @@ FORM_ACCOUNT = form(
     form_file="F-103.docx",
 )
 CORPUS = (PASSWORD_ZH, LOCKED_ZH, PASSWORD_EN, ENROL_EN, FORM_HOURS, FORM_ACCOUNT)
+
+# Chunks as the chunker cuts them from demo articles whose small sections were merged: the headings of the merged
+# sections stay in the text as plain lines (no "#"), and only the main section's path is the chunk's heading.
+WITHDRAWAL_FAQ_ZH = article(
+    "zh-withdrawal",
+    "未出席的影響\n"
+    "錄取實體課程卻未出席、也未事先取消，會被記錄為「未到」。"
+    "**6 個月內累計 2 次未到，將暫停實體課程報名權限 30 天**。\n"
+    "\n"
+    "常見問題\n"
+    "\n"
+    "退選會影響研習時數嗎？\n"
+    "不會扣除已取得的時數。只有完成課程才會取得時數，退選的課程本來就不會產生時數。\n"
+    "\n"
+    "退選的課程還會出現在學習紀錄嗎？\n"
+    "會顯示在「我的學習 > 歷史紀錄」，狀態為「已退選」，但不會出現在證書或時數報表中。",
+    title="退選課程",
+    heading="退選課程 > 未出席的影響",
+    language="zh-hant",
+    part=2,
+)
+REGISTRATION_EN = article(
+    "en-registration",
+    "Registration steps\n"
+    "1. Select **Register** on the home page and tick to agree.\n"
+    "2. Submit the form. We send a verification email. **The verification link is valid for 24 hours.**\n"
+    "\n"
+    "My verification link has expired\n"
+    'Log in with your account ID and password. The page will say "Account not activated" and offer a '
+    "**Resend verification email** button. You can resend up to 3 times per hour.\n"
+    "\n"
+    "Frequently asked questions\n"
+    "\n"
+    "Can I have two accounts?\n"
+    "No. Each national ID number can be linked to only one account.",
+    title="Creating a LearnHub Taiwan account",
+    heading="Creating a LearnHub Taiwan account > Registration steps",
+    language="en",
+    part=1,
+)

@@ -1,11 +1,16 @@
+from dataclasses import replace
+
 from rag.offline import answers
 from tests.rag.chunk_fixtures import (
     ENROL_EN,
     FORM_ACCOUNT,
     FORM_HOURS,
+    LOCKED_ZH,
     PASSWORD_EN,
     PASSWORD_RULES_ZH,
     PASSWORD_ZH,
+    REGISTRATION_EN,
+    WITHDRAWAL_FAQ_ZH,
     form,
 )
 
@@ -111,3 +116,54 @@ def test_summary_keeps_the_newest_turns_within_the_cap():
     assert len(summary) <= 500
     assert summary.startswith("Q: ")
     assert summary.endswith("Q: question 29 A: Answer number 29.")
+
+
+def test_headings_of_merged_sections_never_become_sentences_zh():
+    result = answers.extractive_answer("退選會影響研習時數嗎？", [WITHDRAWAL_FAQ_ZH], language="zh-hant")
+    assert result is not None
+    body = answers.answer_body(result.text)
+    assert "退選會影響研習時數嗎" not in body  # the FAQ's question is its heading
+    assert "只有完成課程才會取得時數" in body  # the answer under it is kept
+
+
+def test_headings_of_merged_sections_never_become_sentences_en():
+    result = answers.extractive_answer("My verification link has expired", [REGISTRATION_EN], language="en")
+    assert result is not None
+    body = answers.answer_body(result.text)
+    assert "My verification link has expired" not in body
+    assert "Resend verification email" in body
+    assert "The verification link is valid for 24 hours [1]." in body
+
+
+def test_a_title_and_heading_context_line_is_not_a_sentence():
+    for plain, language, question in (
+        (PASSWORD_ZH, "zh-hant", "如何重設密碼？"),
+        (PASSWORD_EN, "en", "How do I reset my password?"),
+    ):
+        context = f"{plain.title} > {plain.heading.split(' > ')[-1]}"
+        prefixed = replace(plain, text=f"{context}\n{plain.text}")
+        result = answers.extractive_answer(question, [prefixed], language=language)
+        assert result is not None
+        body = answers.answer_body(result.text)
+        assert context not in body and plain.title not in body
+        without_context = answers.extractive_answer(question, [plain], language=language)
+        assert without_context is not None and body == answers.answer_body(without_context.text)
+
+
+def test_the_opening_used_when_little_matches_skips_headings():
+    # one sentence matches: the answer is filled up with the chunk's opening, which starts with a heading
+    result = answers.extractive_answer("Not activated?", [REGISTRATION_EN], language="en")
+    assert result is not None
+    body = answers.answer_body(result.text)
+    assert "Account not activated" in body
+    assert "Registration steps" not in body and "Select Register on the home page" in body
+
+
+def test_a_heading_inside_a_chunk_lends_its_words_to_the_text_under_it():
+    # the locked-account chunk ranks first and mentions 研習時數; the FAQ answers the question under its heading
+    locked = replace(LOCKED_ZH, text="鎖定只是暫停登入，您的課程進度、研習時數與證書都不受影響。")
+    result = answers.extractive_answer("退選會影響研習時數嗎？", [locked, WITHDRAWAL_FAQ_ZH], language="zh-hant")
+    assert result is not None
+    body = answers.answer_body(result.text)
+    assert body.startswith("不會扣除已取得的時數[1]。")
+    assert result.sources[0].doc_id == "zh-withdrawal"
