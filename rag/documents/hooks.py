@@ -4,6 +4,10 @@
 bookkeeping is committed, ``fn`` gets the ids of the documents whose content changed or that were deleted (the
 semantic cache drops answers citing them). Callbacks run in the process that ran the job, on its worker thread;
 one that raises is logged and does not affect the job or the other callbacks.
+
+An incremental reindex keeps the index version the semantic cache is scoped by, so this hook is what removes the
+answers it outdated. A process with no listener (a reindex run while the server is stopped) is covered too: the
+build's index version records the documents it changed, and the cache never serves an answer citing one of them.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from rag.retrieval.chunking import Chunk, ChunkingConfig, _same_words, chunk_doc
 from rag.retrieval.embedding import Embedder
 from rag.retrieval.markdown import Document
 from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder, SparseVector
-from rag.retrieval.store import DENSE, SPARSE, Engine, StorePoint, VectorStore
+from rag.retrieval.store import DENSE, SPARSE, Engine, IndexVersion, StorePoint, VectorStore
 
 logger = logging.getLogger(__name__)
 
@@ -387,7 +387,8 @@ def reindex(
     The new build holds the chunks of the `embed` documents (chunked and embedded), the live points of the
     `copy` documents (with their vectors, no embedding), and the live points of the `reencode` documents
     embedded again from their stored text. Every other live document is left out, i.e. deleted. Copying needs
-    a live build in the same vector space (`build_compatible`).
+    a live build in the same vector space (`build_compatible`). A build that copies keeps the live build's index
+    version (the semantic cache's scope) one generation further; one that copies nothing starts a new one.
 
     `should_stop()` is asked between batches (it may answer from a cache); `confirm_switch()` right before the
     switch (it should look, not guess). On a stop, or a switch not confirmed, the build is dropped and
@@ -415,11 +416,13 @@ def reindex(
     chunks_by_doc: dict[str, list[IndexedChunk]] = {}
     document_fields: dict[str, dict[str, Any]] = {}
     described: dict[str, dict[str, Any]] = {}
+    live_doc_ids: set[str] = set()  # for the index version: which documents this build deletes
     new_chunk_ids = {chunk.chunk_id for chunk in chunks}
     if live is not None and (copy_ids or reencode_ids or new_chunk_ids):
         for record in _scroll(store, live, with_payload=True, with_vectors=False):
             payload = dict(record.payload or {})
             doc_id = str(payload.get("doc_id", ""))
+            live_doc_ids.add(doc_id)
             if doc_id in reencode_ids:
                 stored.append((str(record.id), payload))
             elif doc_id in copy_ids:
@@ -485,7 +488,8 @@ def reindex(
         if should_stop is not None and should_stop():
             raise IndexCancelled("the build was cancelled")
 
-    collection = store.create_build(dim=embedder.dim, metadata=metadata)
+    version = _next_version(live, live_metadata, copied_points, changed=(live_doc_ids | embed_ids) - copy_ids)
+    collection = store.create_build(dim=embedder.dim, metadata=metadata, version=version)
     try:
         advance(0)
         if copy_ids and live is not None:
@@ -556,6 +560,17 @@ def reindex(
         chunks_by_doc=chunks_by_doc,
         document_fields=document_fields,
     )
+
+
+def _next_version(
+    live: str | None, live_metadata: Mapping[str, Any], copied_points: int, *, changed: Collection[str]
+) -> IndexVersion | None:
+    """The new build's index version: the live one's successor when the build copies live points (the same
+    vector space and BM25 lengths, so unchanged documents score as before), else None (a new lineage: a full
+    rebuild, or nothing reusable). `changed` are the documents re-indexed or deleted."""
+    if live is None or copied_points == 0:
+        return None
+    return IndexVersion.of_build(live_metadata, live).successor(changed)
 
 
 # --- descriptions -------------------------------------------------------------------------------------------------

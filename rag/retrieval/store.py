@@ -7,6 +7,9 @@ either the old or the new index, never a half-built one.
 
 Wraps the sync `QdrantClient`: local mode (``path=``, the embedded default) or a server (``url=``). In local mode
 queries are answered by a `MemoryIndex` (see there why); `engine="qdrant"` forces Qdrant's Query API.
+Each build also carries an `IndexVersion` in its metadata: what answers drawn from the index (the semantic
+cache's) depend on. It survives incremental builds and changes only when every answer may be wrong.
+
 Everything here blocks: async callers use `asyncio.to_thread`.
 """
 
@@ -15,8 +18,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -37,6 +40,9 @@ SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 Engine = Literal["auto", "memory", "qdrant"]
 # fields the retriever filters on; a server indexes them, local mode has no payload indexes
 KEYWORD_FIELDS = ("language", "kind", "doc_id")
+VERSION_KEY = "index_version"  # the build metadata's key for its IndexVersion
+# documents an IndexVersion remembers as changed; past this a build starts a new lineage (the metadata stays small)
+MAX_CHANGED_DOCUMENTS = 10_000
 
 
 class StoreError(RuntimeError):
@@ -83,6 +89,54 @@ def new_version() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ").lower()
 
 
+@dataclass(frozen=True, slots=True)
+class IndexVersion:
+    """Which answers drawn from earlier builds still hold in a build.
+
+    `version` (the lineage) changes only when answers from the old index could be wrong for everything: a build
+    that reused nothing of the live one (a full rebuild, another embedder, BM25 parameters or chunking). A build
+    that copies the live one's points keeps it, one `generation` further, and records in `changed` the
+    documents it re-indexed or deleted (doc_id -> the generation that last did). An answer retrieved at
+    generation g is what the index still gives as long as none of the documents it cites changed after g.
+    """
+
+    version: str
+    generation: int = 1
+    changed: Mapping[str, int] = field(default_factory=dict)
+
+    def outdated(self, doc_ids: Iterable[str], since: int) -> bool:
+        """Whether an answer citing `doc_ids`, retrieved at generation `since`, may be out of date."""
+        if since > self.generation:
+            return True  # from a build this one does not descend from
+        return any(self.changed.get(doc_id, 0) > since for doc_id in doc_ids)
+
+    def successor(self, changed: Iterable[str]) -> IndexVersion | None:
+        """The version of a build made from this one that re-indexed or deleted `changed`; None when a new
+        lineage should start instead (too many changed documents to remember)."""
+        generation = self.generation + 1
+        merged = {**self.changed, **dict.fromkeys(changed, generation)}
+        if len(merged) > MAX_CHANGED_DOCUMENTS:
+            return None
+        return IndexVersion(self.version, generation, merged)
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {"version": self.version, "generation": self.generation, "changed": dict(self.changed)}
+
+    @classmethod
+    def of_build(cls, metadata: Mapping[str, Any], collection: str) -> IndexVersion:
+        """The version stored with a build; a build made before versions were stored is its own lineage, named
+        after its collection (what cached answers were scoped by then)."""
+        stored = metadata.get(VERSION_KEY)
+        if not isinstance(stored, Mapping) or not stored.get("version"):
+            return cls(collection)
+        changed = stored.get("changed")
+        return cls(
+            str(stored["version"]),
+            int(stored.get("generation") or 1),
+            {str(k): int(v) for k, v in changed.items()} if isinstance(changed, Mapping) else {},
+        )
+
+
 class VectorStore:
     def __init__(self, client: QdrantClient, alias: str, *, local: bool, location: str, engine: Engine = "auto"):
         if engine not in get_args(Engine):
@@ -97,6 +151,7 @@ class VectorStore:
         self._write_lock = threading.Lock()
         self._memory: tuple[str, MemoryIndex] | None = None  # (collection name, index), swapped whole
         self._memory_lock = threading.Lock()
+        self._version: tuple[str, IndexVersion] | None = None  # (collection, its version): a build's never changes
         self._closed = False
 
     # --- opening -------------------------------------------------------------------------------------------
@@ -162,6 +217,25 @@ class VectorStore:
             return {}
         return dict(self.client.get_collection(live).config.metadata or {})
 
+    def index_version(self) -> IndexVersion | None:
+        """The live build's `IndexVersion` (None before the first build). As cheap as `live_collection()`: a
+        build's metadata is read once, when the alias first points at it."""
+        live = self.live_collection()
+        if live is None:
+            return None
+        known = self._version
+        if known is not None and known[0] == live:
+            return known[1]
+        try:
+            metadata = self.client.get_collection(live).config.metadata or {}
+        except (ValueError, UnexpectedResponse) as exc:
+            if _is_not_found(exc):  # replaced between the two reads; the next call sees the new one
+                return None
+            raise
+        version = IndexVersion.of_build(metadata, live)
+        self._version = (live, version)
+        return version
+
     def count(self) -> int:
         live = self.live_collection()
         return 0 if live is None else self.client.count(live, exact=True).count
@@ -171,9 +245,13 @@ class VectorStore:
 
     # --- building --------------------------------------------------------------------------------------------
 
-    def create_build(self, *, dim: int, metadata: dict[str, Any] | None = None) -> str:
-        """A new, empty collection for a build; nothing reads it until `activate`."""
+    def create_build(
+        self, *, dim: int, metadata: dict[str, Any] | None = None, version: IndexVersion | None = None
+    ) -> str:
+        """A new, empty collection for a build; nothing reads it until `activate`. `version` is stored in its
+        metadata; None starts a new lineage named after the build."""
         name = f"{self.alias}__{new_version()}"
+        metadata = {**(metadata or {}), VERSION_KEY: (version or IndexVersion(name)).to_metadata()}
         with self._write_lock:
             self.client.create_collection(
                 name,

@@ -41,7 +41,7 @@ class LiveFilter(admin.SimpleListFilter):
 class CacheEntryAdmin(admin.ModelAdmin):
     change_list_template = "admin/rag_semcache/cacheentry/change_list.html"
     list_display = ("question", "language", "hits", "expires_at", "created_at", "last_hit_at")
-    list_filter = ("language", LiveFilter, "prompt_version")
+    list_filter = ("language", LiveFilter, "index_version", "prompt_version")
     search_fields = ("question", "answer")
     ordering = ("-created_at",)
     list_per_page = 50

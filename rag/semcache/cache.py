@@ -3,7 +3,12 @@
 The pipeline reaches it through `deps.cache` (see rag.nodes.cache_lookup / cache_store). A lookup embeds the
 normalised question and searches the cache collection within one scope (language, live index version, answer
 prompt version) for live entries above `threshold`; the best candidates then pass the false-hit guard
-(rag.semcache.guard), and the first that agrees with the question is a hit. The whole lookup is one thread hop:
+(rag.semcache.guard), and the first that agrees with the question is a hit.
+
+The index version (`rag.retrieval.store.IndexVersion`) survives incremental reindexing: an entry stays servable
+across reindexes that leave the documents it cites alone. Each entry keeps the generation of the build its answer
+was retrieved from, and a candidate citing a document re-indexed or deleted since is never served (whichever
+process ran the reindex); the re-index hook and the purge delete such entries. The whole lookup is one thread hop:
 embedding and scoring are CPU work, and a Qdrant server is a blocking client.
 
 Nothing the hit path does touches the database: the answer and its sources are in the vector's payload, and hits
@@ -32,6 +37,7 @@ from typing import Any, Protocol
 
 from rag.offline.terms import strip_question_words
 from rag.retrieval.embedding import Embedder
+from rag.retrieval.store import IndexVersion
 from rag.semcache.guard import DEFAULT_KEY_TERMS, REASONS, KeyTerms, disagreement, features, question_normalize
 from rag.semcache.index import CacheIndex, CachePoint
 
@@ -58,33 +64,34 @@ def embed_key(normalized: str) -> str:
     return strip_question_words(normalized) or normalized
 
 
-class IndexVersion(Protocol):
-    def get(self) -> str | None:
+class IndexVersionSource(Protocol):
+    def get(self) -> IndexVersion | None:
         """The live index version now (blocking); None before the first index build."""
         ...
 
-    def peek(self) -> str | None:
+    def peek(self) -> IndexVersion | None:
         """The last version seen, without blocking (None if unknown)."""
         ...
 
 
 class LiveIndexVersion:
-    """The store's live collection name, re-read at most every `ttl` seconds (a server answers over HTTP)."""
+    """The store's live `IndexVersion`, re-read at most every `ttl` seconds: one alias read (a server answers
+    over HTTP), plus the build's metadata once per switch."""
 
     def __init__(self, store: Any, *, ttl: float = 1.0) -> None:
         self._store = store
         self._ttl = ttl
-        self._value: str | None = None
+        self._value: IndexVersion | None = None
         self._read_at = float("-inf")
 
-    def get(self) -> str | None:
+    def get(self) -> IndexVersion | None:
         now = time.monotonic()
         if now - self._read_at >= self._ttl:
-            self._value = self._store.live_collection()
+            self._value = self._store.index_version()
             self._read_at = now
         return self._value
 
-    def peek(self) -> str | None:
+    def peek(self) -> IndexVersion | None:
         return self._value
 
 
@@ -114,7 +121,7 @@ class _StoreJob:
     sources: list[dict[str, Any]]
     doc_ids: list[str]
     prompt_version: str
-    index_version: str | None
+    index_version: IndexVersion | None
 
 
 _STOP = object()
@@ -126,7 +133,7 @@ class SemanticCache:
         *,
         index: CacheIndex,
         embedder: Embedder,
-        index_version: IndexVersion,
+        index_version: IndexVersionSource,
         prompt_version: PromptVersion | None = None,
         threshold: float = DEFAULT_THRESHOLD,
         ttl: float = DEFAULT_TTL_SECONDS,
@@ -170,6 +177,7 @@ class SemanticCache:
         self._rejections: Counter[str] = Counter()
         self._pending_hits: dict[str, tuple[int, float]] = {}
         self._last_purge: float | None = None
+        self._purged_for: IndexVersion | None = None  # the index version the last purge ran under
 
     # --- the pipeline's protocol (rag.nodes.cache_lookup / cache_store) ----------------------------------------
 
@@ -222,15 +230,20 @@ class SemanticCache:
             self._count("misses")
             return None
         vector = self.embedder.embed_query(embed_key(normalized))
-        candidates = self.index.search(
-            vector,
-            language=language,
-            index_version=index_version,
-            prompt_version=prompt_version,
-            now=self._clock(),
-            limit=self._candidates,
-            threshold=self.threshold,
-        )
+        candidates = [
+            candidate
+            for candidate in self.index.search(
+                vector,
+                language=language,
+                index_version=index_version.version,
+                prompt_version=prompt_version,
+                now=self._clock(),
+                limit=self._candidates,
+                threshold=self.threshold,
+            )
+            # cites a document re-indexed or deleted since: the hook or the purge is deleting it
+            if not _outdated(candidate.payload, index_version)
+        ]
         if not candidates:
             self._count("misses")
             return None
@@ -305,7 +318,7 @@ class SemanticCache:
                 if now >= next_flush or stopping:
                     self.flush_hits()
                     next_flush = now + self._flush_interval
-                if now >= next_purge:
+                if now >= next_purge or self._index_moved():
                     self.purge()
                     next_purge = now + self._purge_interval
             except Exception:
@@ -326,13 +339,20 @@ class SemanticCache:
         seen: set[tuple[str, ...]] = set()
         room = self._max_entries - self.index.known_size()
         for job in batch:
-            index_version = job.index_version or current
-            scope = (job.language, index_version or "", job.prompt_version, job.normalized)
-            if index_version is None or scope in seen:
+            # the version this answer was retrieved at; it is stored only if the live index would still give it
+            seen_at = job.index_version or current
+            scope = (job.language, seen_at.version if seen_at else "", job.prompt_version, job.normalized)
+            if (
+                seen_at is None
+                or current is None
+                or seen_at.version != current.version
+                or current.outdated(job.doc_ids, seen_at.generation)
+                or scope in seen
+            ):
                 self._count("store_skipped")
                 continue
             vector = self.embedder.embed_query(embed_key(job.normalized))
-            if self._is_stored(vector, job, index_version, now):
+            if self._is_stored(vector, job, seen_at.version, now):
                 self._count("store_skipped")  # asked twice before the first answer was cached
                 continue
             if len(points) >= room:
@@ -347,13 +367,13 @@ class SemanticCache:
                 language=job.language,
                 sources=job.sources,
                 doc_ids=job.doc_ids,
-                index_version=index_version,
+                index_version=seen_at.version,
                 prompt_version=job.prompt_version,
                 created_at=now,
                 expires_at=now + self.ttl,
             )
             entries.append(entry)
-            points.append(CachePoint(entry.entry_id, vector, _payload(entry)))
+            points.append(CachePoint(entry.entry_id, vector, _payload(entry, generation=seen_at.generation)))
         if not points:
             return
         try:
@@ -382,6 +402,12 @@ class SemanticCache:
         )
         return bool(same) and same[0].payload.get("normalized_question") == job.normalized
 
+    def _index_moved(self) -> bool:
+        """Whether lookups have seen another live index version than the last purge did (a reindex): its
+        outdated entries are then deleted at once rather than at the next timed purge."""
+        seen = self._versions.peek()
+        return seen is not None and seen != self._purged_for
+
     def flush_hits(self) -> int:
         """Write the counted hits to the database in one transaction; returns entries updated. Blocking."""
         from rag.semcache.services import cache_entry_hits_record
@@ -401,16 +427,23 @@ class SemanticCache:
             raise
 
     def purge(self) -> int:
-        """Delete expired entries, entries of another index version and orphans (a vector without its row or the
-        reverse, older than `orphan_grace`); returns how many went. Blocking."""
+        """Delete expired entries, entries of another index version or citing documents re-indexed since their
+        answer, and orphans (a vector without its row or the reverse, older than `orphan_grace`); returns how
+        many went. Blocking."""
         from rag.semcache.selectors import cache_entry_ids_created_before, cache_entry_ids_existing
         from rag.semcache.services import cache_entries_delete, cache_entries_purge
 
         now = self._clock()
         version = self._versions.get()
-        stale = self.index.ids_matching(expired_at=now, not_index_version=version or "")
-        stale.update(cache_entries_purge(now=now, index_version=version))
+        self._purged_for = version
+        stale = self.index.ids_matching(expired_at=now, not_index_version=version.version if version else "")
+        stale.update(cache_entries_purge(now=now, index_version=version.version if version else None))
         self.forget(stale)
+        if version is not None and version.changed:
+            # still in scope, but citing a document re-indexed since (the reindex ran where no hook saw it)
+            outdated = self.index.ids_matching(outdated=lambda payload: _outdated(payload, version)) - stale
+            cache_entries_delete(ids=outdated, cache=self)
+            stale |= outdated
         vectors = self.index.ids()
         settled = {entry_id for entry_id, created in vectors.items() if created < now - self._orphan_grace}
         orphans = settled - cache_entry_ids_existing(ids=settled)
@@ -511,11 +544,20 @@ class SemanticCache:
             self._counts[name] += amount
 
 
-def _payload(entry: Any) -> dict[str, Any]:
+def _outdated(payload: dict[str, Any], version: IndexVersion) -> bool:
+    """Whether an entry cites a document re-indexed or deleted after the build its answer came from (entries
+    written before generations were stored count as generation 0: any change in the lineage outdates them)."""
+    generation = payload.get("index_generation")
+    since = generation if isinstance(generation, int) else 0
+    return version.outdated((str(d) for d in payload.get("doc_ids") or ()), since)
+
+
+def _payload(entry: Any, *, generation: int) -> dict[str, Any]:
     return {
         "entry_id": entry.entry_id,
         "language": entry.language,
         "index_version": entry.index_version,
+        "index_generation": generation,
         "prompt_version": entry.prompt_version,
         "created_at": entry.created_at,
         "expires_at": entry.expires_at,

@@ -5,8 +5,8 @@ Qdrant local mode lets one process open the folder, so the cache cannot open a c
 ``<alias>__*`` is an index build (`VectorStore.builds()`), and a clean-up of old builds would delete the cache.
 
 Each point is one entry (point id = `CacheEntry.id`) with the payload the hit path needs, so a lookup never
-touches the database: language, index and prompt versions, expiry (epoch seconds), cited doc ids, and the
-question, answer and sources themselves.
+touches the database: language, index and prompt versions, the generation of the index build the answer came
+from, expiry (epoch seconds), cited doc ids, and the question, answer and sources themselves.
 
 Local mode filters payloads in Python, point by point: about 90 ms per filtered query over 1,000 points
 (measured with qdrant-client 1.20), far above a cache lookup's budget. As `VectorStore` does for the live index,
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,10 +270,16 @@ class CacheIndex:
         }
 
     def ids_matching(
-        self, *, doc_ids: Iterable[str] = (), expired_at: float | None = None, not_index_version: str = ""
+        self,
+        *,
+        doc_ids: Iterable[str] = (),
+        expired_at: float | None = None,
+        not_index_version: str = "",
+        outdated: Callable[[dict[str, Any]], bool] | None = None,
     ) -> set[str]:
-        """Entries citing one of `doc_ids`, expired at `expired_at`, or built on an index other than
-        `not_index_version`."""
+        """Entries citing one of `doc_ids`, expired at `expired_at`, built on an index other than
+        `not_index_version`, or whose payload `outdated` accepts (it sees doc_ids, expires_at, index_version and
+        index_generation)."""
         wanted = set(doc_ids)
         if self.mirror:
             with self._lock:
@@ -281,11 +287,12 @@ class CacheIndex:
                     entry_id
                     for segment in self._segments.values()
                     for entry_id, payload in zip(segment.ids, segment.payloads, strict=True)
-                    if _matches(payload, wanted, expired_at, not_index_version)
+                    if _matches(payload, wanted, expired_at, not_index_version, outdated)
                 }
         found: set[str] = set()
-        for record in self._scroll(with_vectors=False, payload=["doc_ids", "expires_at", "index_version"]):
-            if _matches(dict(record.payload or {}), wanted, expired_at, not_index_version):
+        fields = ["doc_ids", "expires_at", "index_version", "index_generation"]
+        for record in self._scroll(with_vectors=False, payload=fields):
+            if _matches(dict(record.payload or {}), wanted, expired_at, not_index_version, outdated):
                 found.add(str(record.id))
         return found
 
@@ -328,8 +335,16 @@ class CacheIndex:
             )
 
 
-def _matches(payload: dict[str, Any], doc_ids: set[str], expired_at: float | None, not_index_version: str) -> bool:
+def _matches(
+    payload: dict[str, Any],
+    doc_ids: set[str],
+    expired_at: float | None,
+    not_index_version: str,
+    outdated: Callable[[dict[str, Any]], bool] | None,
+) -> bool:
     if doc_ids and doc_ids.intersection(payload.get("doc_ids") or ()):
+        return True
+    if outdated is not None and outdated(payload):
         return True
     if expired_at is not None and float(payload.get("expires_at", 0.0)) <= expired_at:
         return True

@@ -96,3 +96,22 @@ def test_the_list_works_in_a_process_whose_pipeline_has_not_opened_the_cache(adm
 
     assert page.status_code == 200
     assert "has not opened the cache" in page.content.decode()
+
+
+def test_an_entry_shows_the_index_version_it_was_answered_on_across_incremental_reindexes(
+    admin_client, two_entries, store, corpus_dir
+):
+    from rag.retrieval.indexer import live_documents, reindex
+
+    lineage = store.index_version().version
+    reindex(store, two_entries.embedder, embed=[], copy=set(live_documents(store)) - {"zh-password-reset"})
+    assert store.index_version().version == lineage and store.index_version().generation == 2
+    entry = CacheEntry.objects.get(question="如何報名課程？")
+
+    page = admin_client.get(reverse("admin:rag_semcache_cacheentry_change", args=[entry.pk]))
+    listed = admin_client.get(reverse(CHANGELIST), {"index_version": lineage})
+
+    assert entry.index_version == lineage
+    assert lineage in page.content.decode()
+    assert "如何報名課程？" in listed.content.decode()
+    assert lookup(two_entries, "如何報名課程？") is not None  # still served on the new build
