@@ -1,4 +1,5 @@
-"""What both transports share: the JSON form of an event and the events they make up themselves."""
+"""What both transports share: opening an answer's stream, the JSON form of an event and the events they make up
+themselves."""
 
 from __future__ import annotations
 
@@ -6,10 +7,19 @@ import json
 import math
 from typing import Any
 
-from chatbot.streaming import transport_error_event
+from chatbot.cancel import cancel_listen
+from chatbot.replay import LiveStream, stream_registry
+from chatbot.streaming import ChatExchange, transport_error_event
 from rag.events import Event
 
-__all__ = ["event_json", "retry_after_seconds", "transport_error_event"]
+__all__ = ["event_json", "retry_after_seconds", "stream_open", "transport_error_event"]
+
+
+def stream_open(exchange: ChatExchange, *, on_disconnect: str) -> LiveStream:
+    """Relay an exchange's events (`chatbot.replay`) and let a cancel from any worker reach it (`chatbot.cancel`)."""
+    stream = stream_registry().open(exchange, on_disconnect=on_disconnect)
+    cancel_listen(stream)
+    return stream
 
 
 def event_json(event: Event) -> str:

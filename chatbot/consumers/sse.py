@@ -8,6 +8,10 @@ answers 200 with the missed events (live until the terminal one), 204 when the c
 event (which also tells an EventSource to stop reconnecting), 403 for another client's request, 410 when the
 stream has expired (or was never seen), 400 for a `Last-Event-ID` that is not a seq of the stream.
 
+A cancel reaches the answer in whichever worker runs it (`chatbot.cancel`): 202 when a running answer of this
+client took it, 404 naming the request id when there is none (finished, unknown, or another client's), 503 when
+the channel layer could not ask the other workers.
+
 Disconnects (Channels issue 1249): `AsyncHttpConsumer` hands the whole body to `handle()` and dispatches one
 message at a time, so while `handle()` streams nobody reads `http.disconnect` and an abandoned pipeline keeps
 its LLM slot until it ends. Here the response runs in a task of its own once the body is complete, and the
@@ -31,7 +35,8 @@ from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
 from chatbot import security
-from chatbot.consumers.common import event_json, retry_after_seconds, transport_error_event
+from chatbot.cancel import Outcome, cancel_run
+from chatbot.consumers.common import event_json, retry_after_seconds, stream_open, transport_error_event
 from chatbot.replay import LiveStream, ResumeRefused, stream_registry
 from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open
 from rag.events import TERMINAL_CHANNELS, Event
@@ -183,7 +188,7 @@ class AskStreamConsumer(_StreamingHttpConsumer):
             logger.exception("could not start an SSE answer")
             await self._send_json_error(500, "internal", f"internal error ({type(exc).__name__})")
             return
-        stream = stream_registry().open(exchange, on_disconnect=ask.on_disconnect)
+        stream = stream_open(exchange, on_disconnect=ask.on_disconnect)
         await _EventStream(self, stream.request_id, stream.tail(0), stream, hold_seconds=self.status_hold_seconds).run()
 
     def _parse(self, body: bytes) -> AskInput:
@@ -231,7 +236,8 @@ class StreamResumeConsumer(_StreamingHttpConsumer):
 
 class StreamCancelConsumer(_StreamingHttpConsumer):
     """`POST /api/v1/rag/ask/stream/<request_id>/cancel`: stop an answer (the page's stop button over SSE, where
-    closing the connection would not stop a `continue` answer). Its stream ends with `error` `cancelled`."""
+    closing the connection would not stop a `continue` answer), in whichever worker runs it. Its stream ends with
+    `error` `cancelled`."""
 
     async def _respond(self, body: bytes) -> None:
         request_id = self._request_id()
@@ -241,19 +247,16 @@ class StreamCancelConsumer(_StreamingHttpConsumer):
         except security.UnsupportedContentType as exc:
             await self._send_json_error(415, "bad_request", str(exc))
             return
-        stream = stream_registry().local(request_id)
-        if stream is None:
-            # With several workers the answer may run in another one; only that worker can stop it.
-            await self._send_json_error(404, "not_found", f"no running answer {request_id} in this worker")
-            return
-        if stream.client_id != self.client_id:
-            await self._send_json_error(403, "bad_request", f"stream {request_id} belongs to another client")
-            return
-        if not stream.running:
-            await self._send_json(200, {"request_id": request_id, "status": "finished"})
-            return
-        stream.cancel()
-        await self._send_json(202, {"request_id": request_id, "status": "cancelling"})
+        outcome = await cancel_run(request_id, client_id=self.client_id)
+        if outcome is Outcome.DELIVERED:
+            await self._send_json(202, {"request_id": request_id, "status": "cancelling"})
+        elif outcome is Outcome.UNREACHABLE:
+            message = f"could not reach the worker running answer {request_id}; try again"
+            await self._send_json_error(503, "upstream_error", message, request_id=request_id)
+        else:
+            # One answer for finished, unknown and another client's: a cancel reveals nothing about other answers.
+            message = f"no running answer {request_id} of this client (it has finished, or never existed)"
+            await self._send_json_error(404, "not_found", message, request_id=request_id)
 
 
 class _EventStream:

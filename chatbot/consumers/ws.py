@@ -9,8 +9,9 @@ Client messages (JSON objects):
   (from any socket of the same client, within the retention window), live until its terminal event. A request
   of another client, an expired one, or a `last_seq` that does not fit gets a terminal `error` `bad_request`
   for that request id (seq `last_seq + 1`) naming the problem.
-- `{"type": "cancel", "request_id"?: str}` cancels the exchange this socket is streaming; its stream then ends
-  with the terminal `error` `cancelled`. A cancel with nothing running, or naming another request (one that just
+- `{"type": "cancel", "request_id"?: str}` cancels the exchange this socket is streaming (also one resumed here
+  that runs in another worker: the cancel reaches it through the channel layer, `chatbot.cancel`); its stream then
+  ends with the terminal `error` `cancelled`. A cancel with nothing running, or naming another request (one that just
   ended), is ignored: it raced with the end of the stream and there is nothing left to stop.
 
 One stream at a time per socket: an `ask` or `resume` while one streams gets a one-event stream of its own (new
@@ -25,22 +26,19 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from chatbot import security
-from chatbot.consumers.common import event_json, transport_error_event
+from chatbot.cancel import Outcome, cancel_elsewhere_later, request_id_valid
+from chatbot.consumers.common import event_json, stream_open, transport_error_event
 from chatbot.replay import LiveStream, ResumeRefused, stream_registry
 from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open
 from rag.events import TERMINAL_CHANNELS, Event
 
 logger = logging.getLogger(__name__)
-
-# Request ids are uuid4 hex; anything that is not a plain token is refused before it is echoed back.
-_REQUEST_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -53,7 +51,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._task: asyncio.Task[None] | None = None
         self._stream: LiveStream | None = None
         self._streaming_id = ""  # request id of the stream being sent (also for a resume served from Redis)
+        self._remote = False  # the stream being sent runs in another worker (a resume served from Redis)
         self._cancel_requested = False
+        self._remote_cancel: asyncio.Task[Outcome] | None = None
 
     async def connect(self) -> None:
         # A browser sends the page's `hc_client` cookie with the handshake; a client without one gets an id for
@@ -122,7 +122,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if await self._refuse_if_busy():
             return
         request_id, last_seq = content.get("request_id"), content.get("last_seq", 0)
-        if not isinstance(request_id, str) or not _REQUEST_ID.match(request_id):
+        # Anything that is not a plain token is refused before it is echoed back.
+        if not isinstance(request_id, str) or not request_id_valid(request_id):
             await self._refuse("'request_id' must be the request id of a stream (letters, digits, - and _)")
             return
         if isinstance(last_seq, bool) or not isinstance(last_seq, int) or last_seq < 0:
@@ -135,6 +136,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     def _begin(self, request_id: str) -> None:
         self._stream = None
         self._streaming_id = request_id
+        self._remote = False
         self._cancel_requested = False
 
     def _cancel(self, request_id: Any) -> None:
@@ -144,8 +146,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         if self._stream is not None:
             self._stream.cancel()
+        elif self._remote:
+            self._cancel_remote()
         else:
-            self._cancel_requested = True  # the exchange is still opening: `_answer` cancels it once it exists
+            # The exchange is still opening (or the resume still looking for it): cancelled once it is found.
+            self._cancel_requested = True
+
+    def _cancel_remote(self) -> None:
+        # One at a time per socket; each is bounded by its own timeouts and finishes even if the socket closes.
+        if self._remote_cancel is None or self._remote_cancel.done():
+            self._remote_cancel = cancel_elsewhere_later(self._streaming_id, client_id=self.client_id)
 
     # --- outgoing -----------------------------------------------------------------------------------------
 
@@ -159,7 +169,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             logger.exception("could not start a WebSocket answer")
             await self.send_json(transport_error_event("internal", f"internal error ({type(exc).__name__})"))
             return
-        stream = stream_registry().open(exchange, on_disconnect=ask.on_disconnect)
+        stream = stream_open(exchange, on_disconnect=ask.on_disconnect)
         self._stream, self._streaming_id = stream, stream.request_id
         if self._cancel_requested:
             stream.cancel()
@@ -176,8 +186,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if resumption.complete:
             return  # the client has every event, the terminal one included
         self._stream = resumption.local
-        if self._cancel_requested and self._stream is not None:
-            self._stream.cancel()
+        self._remote = resumption.local is None
+        if self._cancel_requested:
+            self._cancel(None)
         await self._forward(request_id, resumption.events, resumption.local, after_seq=last_seq)
 
     async def _forward(

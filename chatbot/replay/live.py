@@ -53,6 +53,7 @@ class LiveStream:
         self._max_events = max(10, max_events)
         # Replaced on every append: a tailer takes the current one before reading, so it cannot miss a wake-up.
         self._wake = asyncio.Event()
+        self._ended = asyncio.Event()  # set with the terminal event
         self._exchange: ChatExchange | None = None
         self._cancel_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -82,6 +83,7 @@ class LiveStream:
         if event["channel"] in TERMINAL_CHANNELS:
             self.terminal = event
             self.finished_at = time.monotonic()
+            self._ended.set()
         elif self._cancel_pending and self._exchange is not None:
             self._cancel_pending = False
             self._exchange.cancel()
@@ -165,6 +167,10 @@ class LiveStream:
     @property
     def running(self) -> bool:
         return self.terminal is None
+
+    async def ended(self) -> None:
+        """Return once the stream has its terminal event (what holds resources for the run's life waits on it)."""
+        await self._ended.wait()
 
     async def wait(self, max_wait: float = 5.0) -> None:
         """Wait until the relay has the terminal event and has handed the exchange over for recording (tests)."""

@@ -314,7 +314,8 @@ async def test_sse_cancel_endpoint_stops_a_continue_answer(slow_answers: None) -
     communicator, before = await sse_until_answer(cookie, on_disconnect="continue")
     request_id = before[0]["request_id"]
     stranger = await sse_request(resume_path(request_id) + "/cancel", b"{}", headers=[JSON_CONTENT, client_cookie()])
-    assert stranger.status == 403
+    # Another client's answer is not theirs to stop, nor to learn about: the same 404 as an unknown request.
+    assert stranger.status == 404 and stranger.json()["error"]["request_id"] == request_id
     not_json = await sse_request(resume_path(request_id) + "/cancel", b"{}", headers=[cookie])
     assert not_json.status == 415
 
@@ -331,9 +332,10 @@ async def test_sse_cancel_endpoint_stops_a_continue_answer(slow_answers: None) -
     await communicator.wait(timeout=1)
 
     again = await sse_request(resume_path(request_id) + "/cancel", b"{}", headers=[JSON_CONTENT, cookie])
-    assert again.status == 200 and again.json()["status"] == "finished"
-    unknown = await sse_request(resume_path(uuid.uuid4().hex) + "/cancel", b"{}", headers=[JSON_CONTENT, cookie])
-    assert unknown.status == 404
+    assert again.status == 404 and request_id in again.json()["error"]["message"]
+    unknown_id = uuid.uuid4().hex
+    unknown = await sse_request(resume_path(unknown_id) + "/cancel", b"{}", headers=[JSON_CONTENT, cookie])
+    assert unknown.status == 404 and unknown.json()["error"]["request_id"] == unknown_id
 
 
 async def test_ws_cancel_reaches_a_resumed_stream(slow_answers: None) -> None:
