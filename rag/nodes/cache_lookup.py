@@ -1,7 +1,10 @@
 """cache_lookup: answer a context-free question from the semantic cache when a close enough one was answered.
 
-Only context-free questions are looked up (and later stored): "how long does it take?" means something
-different in every conversation. The cache itself (embedding, threshold, expiry) lives behind `deps.cache`.
+Only context-free questions are looked up (and later stored): "How much?" or "學生呢？" mean something different
+in every conversation. Without a conversation a question is context-free (unless it reads as a follow-up);
+mid-conversation it is looked up only when it stands on its own by a conservative test
+(rag.semcache.context). `cacheable` carries the verdict to cache_store. The cache itself (embedding,
+threshold, expiry) lives behind `deps.cache`.
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ from typing import Any, Protocol
 from rag.deps import PipelineDeps
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
-from rag.offline.followup import is_followup
+from rag.semcache.context import lookup_allowed
 from rag.state import PipelineState
 
 logger = logging.getLogger(__name__)
 
 NAME = "cache_lookup"
-INPUTS = ("normalized_question", "language")
+INPUTS = ("normalized_question", "language", "history", "summary")
 OUTPUTS = ("cacheable", "cache_hit")
 ROUTE_HIT = "hit"
 ROUTE_MISS = "miss"
@@ -41,7 +44,7 @@ class CacheLookup:
         self._timeout = timeout
 
     async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
-        state.cacheable = not is_followup(state.normalized_question)
+        state.cacheable = lookup_allowed(state.normalized_question, history=state.history, summary=state.summary)
         if self._cache is None or not state.cacheable:
             return ROUTE_MISS
         try:
@@ -65,8 +68,9 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> CacheLookup:
 NODE_TYPE = NodeType(
     name=NAME,
     description={
-        "en": "Looks a context-free question up in the semantic cache; follow-ups are never cached.",
-        "zh-hant": "在語意快取中查詢與上下文無關的問題；追問一律不使用快取。",
+        "en": "Looks a context-free question up in the semantic cache; follow-ups, and questions asked "
+        "mid-conversation that do not stand on their own, are never cached.",
+        "zh-hant": "在語意快取中查詢與上下文無關的問題；追問，以及對話中無法單獨理解的問題，一律不使用快取。",
     },
     inputs=INPUTS,
     outputs=OUTPUTS,

@@ -3,7 +3,11 @@ import asyncio
 import pytest
 
 from rag.nodes.cache_lookup import CacheLookup
-from tests.rag.nodes.support import make_state, make_writer
+from tests.rag.nodes.support import history, make_state, make_writer
+
+CONVERSATION = history(
+    ("user", "How do I enrol in a course?"), ("assistant", "Open the course page and click Enrol [1].")
+)
 
 
 class FakeCache:
@@ -38,6 +42,36 @@ async def test_follow_ups_are_not_cacheable_and_not_looked_up():
     assert await CacheLookup(cache=cache, timeout=1).run(state, make_writer()[0]) == "miss"
     assert state.cacheable is False
     assert cache.lookups == []
+
+
+@pytest.mark.parametrize(
+    ("question", "language"),
+    [("What about teachers?", "en"), ("How much?", "en"), ("學生呢？", "zh-hant"), ("要多少錢？", "zh-hant")],
+)
+async def test_mid_conversation_elliptical_questions_are_not_cacheable_and_not_looked_up(question, language):
+    cache = FakeCache({"answer": "an answer to someone else's question", "sources": []})
+    state = make_state(question, normalized_question=question, language=language, history=CONVERSATION)
+    assert await CacheLookup(cache=cache, timeout=1).run(state, make_writer()[0]) == "miss"
+    assert state.cacheable is False
+    assert cache.lookups == []
+
+
+async def test_without_history_the_same_words_are_context_free_and_looked_up():
+    cache = FakeCache()
+    state = make_state("How much?", normalized_question="How much?", language="en")
+    assert await CacheLookup(cache=cache, timeout=1).run(state, make_writer()[0]) == "miss"
+    assert state.cacheable is True
+    assert cache.lookups == [("How much?", "en")]
+
+
+async def test_mid_conversation_a_standalone_question_still_hits():
+    entry = {"answer": "Click 'Forgot password' [1].", "sources": []}
+    cache = FakeCache(entry)
+    question = "How do I reset my password?"
+    state = make_state(question, normalized_question=question, language="en", history=CONVERSATION)
+    assert await CacheLookup(cache=cache, timeout=1).run(state, make_writer()[0]) == "hit"
+    assert state.cacheable is True
+    assert state.cache_hit == entry
 
 
 async def test_hit_sets_the_entry():

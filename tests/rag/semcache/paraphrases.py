@@ -2,7 +2,7 @@
 
 Each case is a question as first asked (and cached), ways of asking the same thing that should be answered from
 the cache, and questions worded almost the same that ask something else and must never get its answer. The
-threshold sweep in scripts/bench_cache_hit.py and tests/rag/semcache/test_threshold.py read this.
+threshold sweep in scripts/bench_cache_hit.py and tests/rag/semcache/test_paraphrases.py read this.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from rag.semcache.models import CacheEntry
 from rag.state import Source, Turn
 from rag.workflows.default import default_workflow
 from tests.rag.nodes.support import answer_text, drain, make_state, make_writer
+from tests.rag.semcache.conftest import remember
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,6 +42,11 @@ def answered(question: str, **fields):
         ("這個要怎麼申請", "zh-hant"),
         ("How long does it take?", "en"),
         ("Make it shorter", "en"),
+        # elliptical: no follow-up marker, the subject comes from the turn before
+        ("學生呢？", "zh-hant"),
+        ("要多少錢？", "zh-hant"),
+        ("What about teachers?", "en"),
+        ("How much?", "en"),
     ],
 )
 async def test_follow_ups_are_neither_looked_up_nor_stored(semantic_cache, question, language):
@@ -55,6 +61,32 @@ async def test_follow_ups_are_neither_looked_up_nor_stored(semantic_cache, quest
     assert await CacheEntry.objects.acount() == 0
     stats = semantic_cache.stats()
     assert (stats["hits"], stats["misses"], stats["stores"]) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("question", "language"),
+    [("學生呢？", "zh-hant"), ("要多少錢？", "zh-hant"), ("What about teachers?", "en"), ("How much?", "en")],
+)
+async def test_an_answer_to_the_bare_words_is_not_served_mid_conversation(semantic_cache, question, language):
+    # Asked with no conversation, the words are all there is: that answer may be cached and served to the next
+    # person who asks them with no conversation, but never to one whose conversation gives them a subject.
+    await remember(semantic_cache, question, language=language, answer="the answer to the words alone [1]")
+    alone = make_state(question, normalized_question=question, language=language)
+    assert await CacheLookup(cache=semantic_cache, timeout=1.0).run(alone, make_writer()[0]) == "hit"
+
+    history = [Turn("user", "如何報名課程？"), Turn("assistant", "登入後在課程頁點選「報名」[1]。")]
+    asked = make_state(question, normalized_question=question, language=language, history=history)
+    assert await CacheLookup(cache=semantic_cache, timeout=1.0).run(asked, make_writer()[0]) == "miss"
+    assert asked.cache_hit is None
+    assert semantic_cache.stats()["hits"] == 1  # the second question never reached the cache
+
+
+async def test_a_standalone_question_asked_mid_conversation_is_answered_from_the_cache(semantic_cache):
+    await remember(semantic_cache, "如何重設密碼？")
+    history = [Turn("user", "如何報名課程？"), Turn("assistant", "登入後在課程頁點選「報名」[1]。")]
+    state = make_state("密碼要怎麼重設？", normalized_question="密碼要怎麼重設？", language="zh-hant", history=history)
+    assert await CacheLookup(cache=semantic_cache, timeout=1.0).run(state, make_writer()[0]) == "hit"
+    assert state.cache_hit["answer"] == "在登入頁點選「忘記密碼」[1]。"
 
 
 async def test_a_stored_answer_is_found_for_a_paraphrase_and_streamed_in_chunks(semantic_cache):
