@@ -10,6 +10,7 @@ from collections import defaultdict
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rag.engine.dataflow import describe_path, path_without_writer, written_on_every_path
 from rag.engine.definition import DEFAULT_ROUTE, END, WorkflowDefinition
 from rag.engine.errors import LoopLimitExceeded, WorkflowError, WorkflowProblem
 from rag.engine.registry import Node, NodeRegistry
@@ -111,11 +112,16 @@ def validate_workflow(definition: WorkflowDefinition, registry: NodeRegistry) ->
         if node_id != END and END not in _reach(node_id, successors):
             add(WorkflowProblem("no_end", f"node '{node_id}' has no path to {END}", node_id))
 
-    # Data flow: every input must be a request field or written by a node that can run before this one.
+    # Data flow: every input must be a request field or be written on every path from the entry to the node.
     predecessors: dict[str, set[str]] = defaultdict(set)
     for source, targets in successors.items():
         for target in targets:
             predecessors[target].add(source)
+    writes: dict[str, frozenset[str]] = {}
+    for node_id in reachable - {END}:
+        node_type = registry.get(ids[node_id])
+        writes[node_id] = frozenset(node_type.outputs) if node_type is not None else frozenset()
+    written = written_on_every_path(definition.entry, writes.keys(), routes_out, writes)
     for spec in definition.nodes:
         node_type = registry.get(spec.type)
         if node_type is None or spec.id not in reachable:
@@ -123,21 +129,51 @@ def validate_workflow(definition: WorkflowDefinition, registry: NodeRegistry) ->
         for name in (*node_type.inputs, *node_type.optional_inputs, *node_type.outputs):
             if name not in STATE_FIELDS:
                 add(WorkflowProblem("type_mismatch", f"node '{spec.id}' uses unknown state field '{name}'", spec.id))
-        written: set[str] = set()
-        for ancestor in _reach(spec.id, predecessors) - {spec.id}:
-            ancestor_type = registry.get(ids[ancestor])
-            if ancestor_type is not None:
-                written.update(ancestor_type.outputs)
-        for name in node_type.inputs:
-            if name in STATE_FIELDS and name not in REQUEST_FIELDS and name not in written:
-                add(
-                    WorkflowProblem(
-                        "type_mismatch",
-                        f"node '{spec.id}' ({spec.type}) reads '{name}' but no node before it writes it",
-                        spec.id,
-                    )
-                )
+        missing = [
+            name
+            for name in node_type.inputs
+            if name in STATE_FIELDS and name not in REQUEST_FIELDS and name not in written[spec.id]
+        ]
+        if missing:
+            # Nodes that can run before this one (itself too when it sits on a loop), to name the writers.
+            ancestors = set().union(*(_reach(p, predecessors) for p in predecessors.get(spec.id, ())))
+            for name in missing:
+                message = _unwritten_input(definition.entry, spec.id, spec.type, name, routes_out, writes, ancestors)
+                add(WorkflowProblem("type_mismatch", message, spec.id))
     return problems
+
+
+def _unwritten_input(
+    entry: str,
+    node_id: str,
+    node_type: str,
+    name: str,
+    routes_out: dict[str, dict[str, str]],
+    writes: dict[str, frozenset[str]],
+    ancestors: set[str],
+) -> str:
+    """The type_mismatch message: the node, the field, and a path from the entry on which nothing writes it."""
+    reads = f"node '{node_id}' ({node_type}) reads '{name}'"
+    writers = sorted(n for n in ancestors if name in writes.get(n, ()))
+    path = path_without_writer(entry, node_id, name, routes_out, writes)
+    if path is None:  # not when the analysis found the field missing; said plainly all the same
+        where = f"a path from '{entry}'"
+    elif len(path) == 1:
+        where = "it is the entry node, where a run has only the request's fields"
+    else:
+        where = f"path {describe_path(path)}"
+    if not writers:
+        return f"{reads} but no node before it writes it ({where})"
+    if path is None or len(path) == 1:
+        return f"{reads} but {where}; only {_names(writers)} write it, later"
+    return (
+        f"{reads} but not every path to it writes it: on {where}, arriving from predecessor '{path[-2][0]}', "
+        f"no node writes it (only {_names(writers)} on other paths)"
+    )
+
+
+def _names(ids: list[str]) -> str:
+    return ", ".join(f"'{i}'" for i in ids)
 
 
 def _reach(start: str, successors: dict[str, set[str]]) -> set[str]:

@@ -64,6 +64,24 @@ def type_mismatch(graph: Graph) -> Graph:
     return graph
 
 
+def type_mismatch_on_one_branch(graph: Graph) -> Graph:
+    # The normaliser is still there, but a refused question now reaches the cache lookup without passing it.
+    for edge in graph["edges"]:
+        if edge["source"] == "guard" and edge["route"] == "blocked":
+            edge["target"] = "cache_lookup"
+    return graph
+
+
+def normalized_on_both_branches(graph: Graph) -> Graph:
+    """Both of the guard's branches pass a normaliser before the cache lookup: valid."""
+    graph["nodes"].append({"id": "normalize_refused", "type": "language_normalizer", "params": {}})
+    for edge in graph["edges"]:
+        if edge["source"] == "guard" and edge["route"] == "blocked":
+            edge["target"] = "normalize_refused"
+    graph["edges"].append({"source": "normalize_refused", "target": "cache_lookup", "route": "default"})
+    return graph
+
+
 def bad_param(graph: Graph) -> Graph:
     graph["nodes"][0]["params"] = {"max_chars": "lots"}
     return graph
@@ -83,6 +101,18 @@ CASES: list[tuple[Callable[[Graph], Graph], str, str, tuple[str, ...]]] = [
     (unreachable_node, "unreachable", "orphan", ("'orphan'", "cannot be reached from 'guard'")),
     (unbounded_loop, "unbounded_loop", "query_builder", ("query_builder", "retrieval_checker", "max_visits")),
     (type_mismatch, "type_mismatch", "cache_lookup", ("'cache_lookup'", "reads 'normalized_question'")),
+    (
+        type_mismatch_on_one_branch,
+        "type_mismatch",
+        "cache_lookup",
+        (
+            "'cache_lookup'",
+            "reads 'normalized_question' but not every path to it writes it",
+            "guard --blocked--> cache_lookup",
+            "predecessor 'guard'",
+            "'language_normalizer'",
+        ),
+    ),
     (bad_param, "bad_param", "guard", ("'guard'", "'max_chars' must be int")),
     (unusable_param, "bad_param", "guard", ("'guard'", "not a valid regular expression")),
 ]
@@ -106,7 +136,11 @@ def test_each_wiring_mistake_is_reported_on_its_node(
         assert phrase in problem["message"], problem
 
 
-@pytest.mark.parametrize("graph", [default_graph(), lean_graph()], ids=["default", "lean"])
+@pytest.mark.parametrize(
+    "graph",
+    [default_graph(), lean_graph(), normalized_on_both_branches(default_graph())],
+    ids=["default", "lean", "normalized-on-both-branches"],
+)
 def test_valid_graphs_have_no_problems(staff_client: Client, graph: Graph) -> None:
     assert post_json(staff_client, VALIDATE, {"graph": graph}).json() == {"valid": True, "problems": []}
 
