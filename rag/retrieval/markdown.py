@@ -3,6 +3,10 @@
 The front matter is the flat subset staff actually write (``key: value``, ``tags: [a, b]``, quotes optional), so a
 small parser is enough and keeps PyYAML's surprises out (``no`` becoming False, ``1.10`` becoming 1.1). Loading
 collects a `LoadError` per bad file instead of raising: one typo must not keep the other documents out of the index.
+
+A file without front matter is an ordinary Markdown file (a README, an exported page): it is read the way plain
+text is, titled by its first heading (else its file name), its language detected from the text, with no url. A
+file whose first line is ``---`` has front matter, and then the front matter decides and must be valid.
 """
 
 from __future__ import annotations
@@ -13,12 +17,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag.text.language import ZH_HANT, detect_language
+
 LANGUAGES = frozenset({"zh-hant", "zh-hans", "en"})
 KINDS = frozenset({"article", "form"})
 KNOWN_KEYS = frozenset({"title", "url", "language", "tags", "kind", "form_id", "form_file"})
 
 _KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)$")
 _FENCE = "---"
+# the chunker's ATX heading rule, plus setext ("Title" underlined with === or ---)
+_ATX_RE = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)(?:\s+#+)?\s*$")
+_SETEXT_RE = re.compile(r"^ {0,3}(=+|-+)\s*$")
+_CODE_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+MAX_TITLE_CHARS = 120  # a longer "heading" is a paragraph someone marked up, not a title
+# enough text to tell the language apart; a whole book need not be scanned
+LANGUAGE_SAMPLE_CHARS = 4000
 
 
 class FrontMatterError(ValueError):
@@ -105,8 +118,51 @@ def _scalar(fields: dict[str, str | tuple[str, ...]], key: str) -> str:
     return value.strip()
 
 
-def document_from_text(raw: str, *, doc_id: str, source_path: str = "") -> Document:
-    """Parse and validate one file's text. Raises `FrontMatterError` naming the problem."""
+def has_front_matter(raw: str) -> bool:
+    """Whether the text opens with front matter: its first non-blank line is ``---``.
+
+    Not only the very first line: front matter after a blank line is a mistake to report ("the file must start
+    with a '---' line"), not metadata to index as body text.
+    """
+    for line in raw.lstrip("\ufeff").splitlines():
+        if line.strip():
+            return line.strip() == _FENCE
+    return False
+
+
+def first_heading(markdown: str) -> str:
+    """The text of the first ATX (``# Title``) or setext heading outside code fences; "" when there is none."""
+    in_fence = False
+    previous = ""
+    for line in markdown.splitlines():
+        if _CODE_FENCE_RE.match(line):
+            in_fence = not in_fence
+            previous = ""
+            continue
+        if in_fence:
+            continue
+        match = _ATX_RE.match(line)
+        if match is not None:
+            return match.group(2).strip()
+        if previous and _SETEXT_RE.match(line):
+            return previous
+        previous = line.strip()
+    return ""
+
+
+def detect_document_language(text: str) -> str:
+    """zh-hant, zh-hans, en or other, from the start of the text (Traditional Chinese when it cannot tell)."""
+    return detect_language(text[:LANGUAGE_SAMPLE_CHARS], default=ZH_HANT)
+
+
+def document_from_text(raw: str, *, doc_id: str, source_path: str = "", language: str | None = None) -> Document:
+    """Parse and validate one file's text. Raises `FrontMatterError` naming the problem.
+
+    Without front matter the file is plain Markdown (see `plain_document`); `language` is used only then, the
+    front matter's own wins.
+    """
+    if not has_front_matter(raw):
+        return plain_document(raw, doc_id=doc_id, source_path=source_path, language=language)
     fields, body = parse_front_matter(raw)
     unknown = sorted(set(fields) - KNOWN_KEYS)
     if unknown:
@@ -138,6 +194,27 @@ def document_from_text(raw: str, *, doc_id: str, source_path: str = "") -> Docum
         kind=kind,
         form_id=form_id,
         form_file=_scalar(fields, "form_file"),
+        content_hash=hashlib.sha256(raw.encode("utf-8")).hexdigest(),
+        source_path=source_path,
+    )
+
+
+def plain_document(raw: str, *, doc_id: str, source_path: str = "", language: str | None = None) -> Document:
+    """A Markdown file without front matter, read as the text loader reads a .txt file: the first heading is the
+    title (the file name when there is none, or only one too long to be a title), `language` or the detected
+    one, no url. The body keeps the heading, as it does under front matter, so the chunker sees the structure.
+    """
+    body = raw.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n").strip("\n")
+    if not body.strip():
+        raise FrontMatterError("the document has no body text")
+    heading = first_heading(body)
+    fallback = Path(source_path).stem if source_path else doc_id.rsplit("/", 1)[-1]
+    title = heading if heading and len(heading) <= MAX_TITLE_CHARS else fallback
+    return Document(
+        doc_id=doc_id,
+        title=title,
+        text=body,
+        language=language or detect_document_language(body),
         content_hash=hashlib.sha256(raw.encode("utf-8")).hexdigest(),
         source_path=source_path,
     )

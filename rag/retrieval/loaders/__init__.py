@@ -3,11 +3,11 @@
     errors: list[LoadError] = []
     documents = load_documents([folder, "faq.pdf"], errors=errors)
 
-Formats: Markdown with front matter (the staff-authored articles), plain text, HTML, PDF and SQuAD-format JSON
-(each paragraph a document). With ``format="auto"`` the file's extension decides; a named format applies to
-every file given by path, and picks that format's extensions in folders. Nothing a file contains stops the
-load: every file (or SQuAD paragraph) that cannot be used becomes a `LoadError(path, reason)` in `errors`,
-which is the job log's list of what was skipped and why.
+Formats: Markdown (the staff-authored articles with front matter, or ordinary files without, titled by their
+first heading), plain text, HTML, PDF and SQuAD-format JSON (each paragraph a document). With ``format="auto"``
+the file's extension decides; a named format applies to every file given by path, and picks that format's
+extensions in folders. Nothing a file contains stops the load: every file (or SQuAD paragraph) that cannot be
+used becomes a `LoadError(path, reason)` in `errors`, which is the job log's list of what was skipped and why.
 
 doc_ids are paths relative to the folder given (or the file's own folder): Markdown keeps its existing rule
 (without ".md"), other files keep their extension so "guide.pdf" and "guide.html" stay apart, and a SQuAD
@@ -61,10 +61,10 @@ Loader = Callable[..., list[Document]]
 
 
 def _load_markdown(path: Path, *, doc_id: str, language: str | None, errors: list[LoadError]) -> list[Document]:
-    # the front matter names the language; `language` is for formats that carry none
+    # front matter names the language; `language` is for a file without any, as for formats that carry none
     text, _ = decode_text(path.read_bytes())
     try:
-        return [document_from_text(text, doc_id=doc_id, source_path=str(path))]
+        return [document_from_text(text, doc_id=doc_id, source_path=str(path), language=language)]
     except FrontMatterError as exc:
         raise SkipFile(str(exc)) from exc
 

@@ -10,7 +10,7 @@ import codecs
 import hashlib
 import re
 
-from rag.text.language import ZH_HANT, detect_language
+from rag.retrieval.markdown import MAX_TITLE_CHARS, detect_document_language
 
 # Tried in this order after the byte-order marks. Big5 before GB18030: GB18030 accepts almost any byte pair, so
 # a Big5 file would "decode" as GB18030 mojibake, while GB text rarely survives Big5's stricter table. cp950 is
@@ -27,9 +27,6 @@ _SNIFF_BYTES = 8192
 # text files use tab, newline, carriage return and form feed; other C0 controls (and DEL) mean binary data
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _MAX_CONTROL_RATIO = 0.02
-MAX_TITLE_CHARS = 120
-# enough text to tell the language apart; a whole book need not be scanned
-LANGUAGE_SAMPLE_CHARS = 4000
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _CJK_GAP_RE = re.compile(rf"(?<=[{_CJK}])[ \t\u3000]+(?=[{_CJK}])")
 
@@ -124,4 +121,4 @@ def resolve_language(text: str, language: str | None) -> str:
     """The given language, else detected from the start of the text: zh-hant, zh-hans, en or other."""
     if language:
         return language
-    return detect_language(text[:LANGUAGE_SAMPLE_CHARS], default=ZH_HANT)
+    return detect_document_language(text)

@@ -60,11 +60,11 @@ def test_reindex_if_empty_and_full(configured: Path) -> None:
 
 
 def test_reindex_reports_skipped_files_on_stderr(configured: Path, corpus: Path) -> None:
-    (corpus / "broken.md").write_text("no front matter", encoding="utf-8")
+    (corpus / "broken.md").write_text("---\ntitle: Broken\nlanguage: en\n", encoding="utf-8")
     out, err = run("reindex", str(corpus / "zh-password-reset.md"), str(corpus / "broken.md"))
     assert "Indexed 1 documents" in out
     assert "1 file(s) skipped" in out
-    assert "broken.md: no front matter" in err
+    assert "broken.md: front matter is not closed" in err
 
 
 def test_reindex_with_a_format_leaves_other_formats_alone(configured: Path, corpus: Path) -> None:

@@ -157,18 +157,22 @@ def test_bad_files_are_skipped_with_a_reason_and_the_rest_indexed(
         "empty.md": b"",
         "blank.txt": b"  \n\t\n",
         "unknown-encoding.txt": b"caf\xff\xfe\xff menu \xff\xff",
-        "no-front-matter.md": b"just text",
+        "unclosed-front-matter.md": b"---\ntitle: x\nlanguage: en\n",
         "broken.pdf": b"%PDF-1.4\n1 0 obj << /Type /Catalog >>\ngarbage without xref or trailer",
         "not-a.pdf": b"<html>this is not a pdf</html>",
     }
     for name, data in bad.items():
         (corpus / name).write_bytes(data)
-    # a hidden file is never a document; a Big5 file is text in a known encoding
+    # a hidden file is never a document; a Big5 file is text in a known encoding; Markdown without front matter
+    # (what staff upload from elsewhere) is an ordinary document
     (corpus / ".hidden.md").write_text("---\ntitle: hidden\nlanguage: en\n---\n\nnever read\n")
     (corpus / "big5.md").write_bytes("---\ntitle: 忘記密碼\nlanguage: zh-hant\n---\n\n請重設密碼。\n".encode("big5"))
+    (corpus / "plain.md").write_text("# Opening hours\n\nThe help desk answers from 9 to 5.\n")
     job = run_job(store, embedder)
     assert job.status == JobStatus.SUCCEEDED, job.error
-    assert doc_ids_of(store) == ALL | {"big5"}
+    assert doc_ids_of(store) == ALL | {"big5", "plain"}
+    plain = Document.objects.get(doc_id="plain")
+    assert (plain.title, plain.language, plain.url, plain.status) == ("Opening hours", "en", "", DocumentStatus.INDEXED)
     reasons = {Path(item["path"]).name: item["reason"] for item in job.report["skipped_files"]}
     assert set(reasons) == set(bad)
     assert job.skipped == len(bad)
@@ -176,7 +180,7 @@ def test_bad_files_are_skipped_with_a_reason_and_the_rest_indexed(
     assert "empty" in reasons["empty.md"]
     assert "whitespace" in reasons["blank.txt"]
     assert "encoding" in reasons["unknown-encoding.txt"]
-    assert "front matter" in reasons["no-front-matter.md"]
+    assert "front matter is not closed" in reasons["unclosed-front-matter.md"]
     assert "PDF" in reasons["broken.pdf"] and "PDF" in reasons["not-a.pdf"]
     for name in reasons:
         assert f"/{name}: " in job.log
@@ -275,7 +279,7 @@ def test_the_log_is_bounded(store: VectorStore, embedder: CountingEmbedder, corp
     from rag.documents.models import JOB_LOG_LIMIT
 
     for i in range(400):
-        (corpus / f"broken-{i:03d}-{'x' * 60}.md").write_text("no front matter here")
+        (corpus / f"broken-{i:03d}-{'x' * 60}.md").write_text("---\ntitle: never closed\n")
     job = run_job(store, embedder)
     assert job.status == JobStatus.SUCCEEDED
     assert len(job.log) <= JOB_LOG_LIMIT and job.log.startswith("[earlier lines dropped]")

@@ -336,10 +336,26 @@ def test_a_loader_crash_is_a_load_error_not_an_exception(tmp_path: Path, monkeyp
 
 def test_markdown_goes_through_the_front_matter_parser(tmp_path: Path) -> None:
     (tmp_path / "ok.md").write_bytes(MARKDOWN.encode("big5"))
-    (tmp_path / "bad.md").write_text("no front matter here", encoding="utf-8")
+    (tmp_path / "bad.md").write_text("---\ntitle: 帳號\nlanguage: zh-hant\n", encoding="utf-8")
     documents, errors = load(tmp_path)
     assert [(d.doc_id, d.kind, d.form_id) for d in documents] == [("ok", "form", "F-103")]
-    assert reasons(errors)["bad.md"].startswith("no front matter")
+    assert reasons(errors)["bad.md"] == "front matter is not closed: no second '---' line"
+
+
+def test_markdown_without_front_matter_is_loaded_like_text(tmp_path: Path) -> None:
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide" / "reset.md").write_bytes(("# 如何重設密碼\n\n" + ZH_TEXT.split("\n", 2)[2]).encode("big5"))
+    (tmp_path / "notes.md").write_text("Refunds go back to the card you paid with.\n", encoding="utf-8")
+    documents, errors = load(tmp_path)
+    assert errors == []
+    by_id = {d.doc_id: d for d in documents}
+    reset, notes = by_id["guide/reset"], by_id["notes"]
+    assert (reset.title, reset.language, reset.url) == ("如何重設密碼", "zh-hant", "")
+    assert reset.text.startswith("# 如何重設密碼") and "忘記密碼時" in reset.text
+    assert (notes.title, notes.language) == ("notes", "en")
+    # the language flag is for formats that carry none, and such a file carries none
+    [flagged], _ = load(tmp_path / "notes.md", language="zh-hans")
+    assert flagged.language == "zh-hans"
 
 
 def test_format_for_path() -> None:

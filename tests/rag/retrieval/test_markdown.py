@@ -80,8 +80,63 @@ def test_empty_body_is_an_error() -> None:
         document_from_text("---\ntitle: T\nlanguage: en\n---\n\n", doc_id="x")
 
 
+def test_markdown_without_front_matter_is_titled_by_its_first_heading() -> None:
+    raw = "Last updated in May.\n\n## Opening hours\n\nThe help desk answers from 9 to 5.\n\n# Later heading\n"
+    doc = document_from_text(raw, doc_id="guides/hours", source_path="/corpus/guides/hours.md")
+    assert (doc.doc_id, doc.title, doc.language, doc.url, doc.kind) == (
+        "guides/hours",
+        "Opening hours",
+        "en",
+        "",
+        "article",
+    )
+    assert doc.text == raw.strip()  # the heading stays in the body for the chunker, as under front matter
+    assert doc.content_hash == hashlib.sha256(raw.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("raw", "title"),
+    [
+        ("忘記密碼時，請在登入頁面點選「忘記密碼」。\n", "重設密碼"),  # no heading: the file name
+        ("```\n# not a heading\n```\n\n忘記密碼時請點選連結。\n", "重設密碼"),  # inside a code fence
+        (f"# {'很長的標題' * 30}\n\n忘記密碼時請點選連結。\n", "重設密碼"),  # too long to be a title
+        ("如何重設密碼\n======\n\n忘記密碼時請點選連結。\n", "如何重設密碼"),  # setext heading
+        ("#hashtag is not a heading\n\n### 重設步驟 ###\n\n請點選連結。\n", "重設步驟"),
+    ],
+)
+def test_markdown_without_front_matter_falls_back_to_the_file_name(raw: str, title: str) -> None:
+    doc = document_from_text(raw, doc_id="zh/重設密碼", source_path="/corpus/zh/重設密碼.md")
+    assert doc.title == title
+    assert doc.language == "zh-hant"
+
+
+def test_markdown_without_front_matter_detects_or_takes_the_language() -> None:
+    text = "# 如何重设密码\n\n忘记密码时，请在登录页面点击“忘记密码”，再按照电子邮件中的链接设置新密码。\n"
+    assert document_from_text(text, doc_id="x").language == "zh-hans"
+    assert document_from_text(text, doc_id="x", language="zh-hant").language == "zh-hant"
+    # front matter wins over the caller's language
+    framed = "---\ntitle: T\nlanguage: en\n---\n\n" + text
+    assert document_from_text(framed, doc_id="x", language="zh-hant").language == "en"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("\n\n---\ntitle: T\nlanguage: en\n---\nbody", "must start with a '---' line"),
+        ("---\ntitle: T\nlanguage: en\n", "not closed"),
+        ("---\ntitle: T\nlanguage: en\n\nbody without the closing line", "expected 'key: value'"),
+        ("\ufeff \n\t\n", "no body"),
+    ],
+)
+def test_a_file_that_opens_front_matter_must_finish_it(raw: str, message: str) -> None:
+    # a broken front matter is reported, never indexed as body text
+    with pytest.raises(FrontMatterError, match=message):
+        document_from_text(raw, doc_id="x")
+
+
 def test_load_dir_collects_errors_and_keeps_going(corpus_dir: Path) -> None:
-    (corpus_dir / "broken.md").write_text("no front matter here", encoding="utf-8")
+    (corpus_dir / "broken.md").write_text("---\ntitle: Broken\nlanguage: en\n", encoding="utf-8")
+    (corpus_dir / "plain.md").write_text("# Plain notes\n\nNo front matter, still a document.\n", encoding="utf-8")
     (corpus_dir / "bad-lang.md").write_text("---\ntitle: T\nlanguage: xx\n---\nbody", encoding="utf-8")
     (corpus_dir / "latin1.md").write_bytes("---\ntitle: caf\xe9\n---\n".encode("latin-1"))
     (corpus_dir / "notes.txt").write_text("not markdown", encoding="utf-8")
@@ -93,15 +148,17 @@ def test_load_dir_collects_errors_and_keeps_going(corpus_dir: Path) -> None:
         "en-enrolment",
         "en-password-reset",
         "forms/zh-form-account-data-change",
+        "plain",
         "zh-enrolment",
         "zh-password-reset",
     ]
+    assert next(d.title for d in docs if d.doc_id == "plain") == "Plain notes"
     reasons = {e.path.name: e.reason for e in errors}
     assert set(reasons) == {"broken.md", "bad-lang.md", "latin1.md"}
-    assert "no front matter" in reasons["broken.md"]
+    assert "not closed" in reasons["broken.md"]
     assert "'language'" in reasons["bad-lang.md"]
     assert "not UTF-8" in reasons["latin1.md"]
-    assert "broken.md: no front matter" in str(errors[[e.path.name for e in errors].index("broken.md")])
+    assert "broken.md: front matter is not closed" in str(errors[[e.path.name for e in errors].index("broken.md")])
 
 
 def test_doc_ids_are_stable_relative_paths(corpus_dir: Path, tmp_path: Path) -> None:

@@ -56,11 +56,11 @@ def test_if_empty_skips_a_filled_index(configured: Path) -> None:
 
 def test_paths_and_skipped_files(configured: Path) -> None:
     corpus = configured / "corpus"
-    (corpus / "broken.md").write_text("no front matter", encoding="utf-8")
+    (corpus / "broken.md").write_text("---\ntitle: Broken\nlanguage: en\n", encoding="utf-8")
     out, err = run(str(corpus / "zh-password-reset.md"), str(corpus / "broken.md"))
     assert "Indexed 1 documents" in out
     assert "1 file(s) skipped" in out
-    assert "broken.md: no front matter" in err
+    assert "broken.md: front matter is not closed" in err
 
 
 def test_no_documents_is_an_error(configured: Path) -> None:
