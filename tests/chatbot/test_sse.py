@@ -6,9 +6,11 @@ import time
 import uuid
 
 import pytest
+from channels.testing import ApplicationCommunicator
 
 from chatbot.models import Conversation, Message
 from chatbot.streaming import pending_records
+from concurrency.simulator.testing import SimulatorProcess
 from tests.chatbot.helpers import (
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
@@ -17,6 +19,15 @@ from tests.chatbot.helpers import (
     parse_sse,
     sse_request,
     sse_start,
+)
+from tests.concurrency.llm_app import (  # noqa: F401 - the *_fixture names register fixtures
+    STALLED_ANSWER,
+    LLMApp,
+    app_llm_simulator_fixture,
+    app_sim_fixture,
+    chat_stats,
+    llm_app_fixture,
+    wait_slot_and_upstream_free,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -212,3 +223,66 @@ async def test_a_fast_busy_is_http_429_with_retry_after(monkeypatch: pytest.Monk
     assert error["request_id"] == response.headers["x-request-id"]
     await pending_records()
     assert await Message.objects.acount() == 0
+
+
+# --- through the LLM simulator and the process concurrency manager -------------------------------------------
+
+
+async def answer_streaming(communicator: ApplicationCommunicator) -> bytes:
+    """The body sent until the first answer delta; the response must have started with 200."""
+    start = await communicator.receive_output(timeout=FIRST_EVENT_TIMEOUT)
+    assert start["status"] == 200
+    received = b""
+    while b'"channel":"answer"' not in received:
+        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
+        received += message["body"]
+        assert message["more_body"]
+    return received
+
+
+async def test_a_disconnect_mid_answer_frees_the_llm_slot_and_the_upstream_request_within_a_second(
+    llm_app: LLMApp, app_sim: SimulatorProcess
+) -> None:
+    manager = await llm_app()
+    await app_sim.afaults(fail_next=STALLED_ANSWER)
+    communicator = await sse_start(STREAM_CHAT, ask_body("How do I reset my password?"), headers=[JSON_CONTENT])
+    await answer_streaming(communicator)
+    assert chat_stats(manager)["in_progress"] == 1, "the answer holds a chat slot while it streams"
+    assert (await app_sim.astats())["running"] == 1
+
+    disconnected = time.monotonic()
+    await communicator.send_input({"type": "http.disconnect"})
+    stats = await wait_slot_and_upstream_free(manager, app_sim, within=1.0)
+    assert time.monotonic() - disconnected < 1.0
+    assert stats["total_acquired"] == stats["total_released"] == 2  # the plan and the answer
+    await communicator.wait(timeout=1)
+
+
+async def test_a_full_llm_wait_queue_answers_busy_with_retry_after_and_counts_the_rejections(
+    llm_app: LLMApp, app_sim: SimulatorProcess
+) -> None:
+    manager = await llm_app(limit_chat=1, max_waiters=0)
+    await app_sim.afaults(fail_next=STALLED_ANSWER)
+    holder = await sse_start(STREAM_CHAT, ask_body("How do I reset my password?"), headers=[JSON_CONTENT])
+    await answer_streaming(holder)  # the one chat slot is taken until this answer ends
+
+    response = await sse_request(STREAM_CHAT, ask_body("How do I change my email address?"))
+
+    if response.status == 429:  # refused before the stream started
+        error = response.json()["error"]
+        assert error["code"] == "busy"
+        assert response.headers["retry-after"] == str(error["retry_after"])
+        assert int(response.headers["retry-after"]) >= 1
+    else:
+        assert response.status == 200
+        terminal = response.events()[-1]
+        assert (terminal["channel"], terminal["code"]) == ("error", "busy")
+        assert terminal["retry_after"] >= 1
+    stats = chat_stats(manager)
+    # Both of its calls (the plan, which falls back to the rules, and the answer) were refused at once.
+    assert (stats["total_rejected"], stats["total_timeout"]) == (2, 0)
+    assert (await app_sim.astats())["attempts"] == 2, "a refused call must not reach the model"
+
+    await holder.send_input({"type": "http.disconnect"})
+    await wait_slot_and_upstream_free(manager, app_sim)
+    await holder.wait(timeout=1)

@@ -11,7 +11,17 @@ from channels.testing import WebsocketCommunicator
 
 from chatbot.models import Conversation, Message
 from chatbot.streaming import pending_records
-from tests.chatbot.helpers import EVENT_TIMEOUT, application, ws_communicator, ws_events
+from concurrency.simulator.testing import SimulatorProcess
+from tests.chatbot.helpers import EVENT_TIMEOUT, FIRST_EVENT_TIMEOUT, application, ws_communicator, ws_events
+from tests.concurrency.llm_app import (  # noqa: F401 - the *_fixture names register fixtures
+    STALLED_ANSWER,
+    LLMApp,
+    app_llm_simulator_fixture,
+    app_sim_fixture,
+    chat_stats,
+    llm_app_fixture,
+    wait_slot_and_upstream_free,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -268,3 +278,60 @@ async def test_the_origin_check_refuses_other_sites(headers: list) -> None:
     communicator = WebsocketCommunicator(application(), "/ws/chat/", headers=headers)
     connected_ok, _ = await communicator.connect()
     assert not connected_ok
+
+
+# --- through the LLM simulator and the process concurrency manager -------------------------------------------
+
+
+async def asked_and_streaming(question: str) -> WebsocketCommunicator:
+    """A socket whose answer has started streaming (its first answer delta was received)."""
+    communicator = await connected()
+    await communicator.send_json_to({"type": "ask", "question": question})
+    while (await communicator.receive_json_from(timeout=FIRST_EVENT_TIMEOUT))["channel"] != "answer":
+        pass
+    return communicator
+
+
+async def test_closing_the_socket_mid_answer_frees_the_llm_slot_and_the_upstream_request_within_a_second(
+    llm_app: LLMApp, app_sim: SimulatorProcess
+) -> None:
+    manager = await llm_app()
+    await app_sim.afaults(fail_next=STALLED_ANSWER)
+    communicator = await asked_and_streaming("How do I reset my password?")
+    assert chat_stats(manager)["in_progress"] == 1, "the answer holds a chat slot while it streams"
+    assert (await app_sim.astats())["running"] == 1
+
+    closed = time.monotonic()
+    await communicator.disconnect()
+    stats = await wait_slot_and_upstream_free(manager, app_sim, within=1.0)
+    assert time.monotonic() - closed < 1.0
+    assert stats["total_acquired"] == stats["total_released"] == 2  # the plan and the answer
+
+
+async def test_no_llm_slot_within_the_acquire_timeout_ends_the_answer_with_busy_and_counts_the_timeouts(
+    llm_app: LLMApp, app_sim: SimulatorProcess
+) -> None:
+    manager = await llm_app(limit_chat=1, acquire_timeout=0.2)
+    await app_sim.afaults(fail_next=STALLED_ANSWER)
+    holder = await asked_and_streaming("How do I reset my password?")  # holds the one chat slot
+
+    second = await connected()
+    asked = time.monotonic()
+    await second.send_json_to({"type": "ask", "question": "How do I change my email address?"})
+    events = await ws_events(second)
+    elapsed = time.monotonic() - asked
+
+    assert_one_stream(events)
+    terminal = events[-1]
+    assert (terminal["channel"], terminal["code"]) == ("error", "busy")
+    assert terminal["retry_after"] >= 1
+    assert not [e for e in events if e["channel"] == "answer"]
+    stats = chat_stats(manager)
+    # The plan waited its 0.2 s and fell back to the rules; the answer waited its 0.2 s and gave up.
+    assert (stats["total_timeout"], stats["total_rejected"]) == (2, 0)
+    assert elapsed >= 0.4
+    assert (await app_sim.astats())["attempts"] == 2, "a call that got no slot must not reach the model"
+    await second.disconnect()
+
+    await holder.disconnect()
+    await wait_slot_and_upstream_free(manager, app_sim)

@@ -1,0 +1,102 @@
+"""Fixtures: the whole chat application answering through the LLM simulator, under the process concurrency manager
+that the real wiring builds from the settings.
+
+Import the fixtures into a test module (``from tests.concurrency.llm_app import llm_app_fixture, ...``; each is
+registered under its name without the suffix). A test
+calls ``await llm_app(limit_chat=1, max_waiters=0)`` and gets the manager every LLM call of the app goes through;
+the runtime is rebuilt from the settings before and after, so the offline tests around it are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from concurrency.live import settings_current, settings_forget
+from concurrency.manager import LLMConcurrencyManager, get_manager, set_manager
+from concurrency.simulator.testing import SimulatorProcess
+from rag.llm.client import aclose_clients
+from rag.wiring import get_runtime, reset_runtime
+from tests.rag.llm.conftest import wait_idle
+
+# Fast tokens, four reasoning tokens before every answer, answers long enough to cite sources.
+APP_SIM_FLAGS: dict[str, Any] = {
+    "ttft_ms": 5,
+    "tpot_ms": 2,
+    "output_tokens": 40,
+    "reasoning_tokens": 4,
+    "max_num_seqs": 8,
+}
+# The plan is answered, then the answer streams its four reasoning tokens and four answer tokens and stalls for
+# half a minute: long enough that only the client going away can end it within a test.
+STALLED_ANSWER = ["ok", "stall:8:30"]
+
+LLMApp = Callable[..., Awaitable[LLMConcurrencyManager]]
+
+
+@pytest.fixture(name="app_llm_simulator", scope="session")
+def app_llm_simulator_fixture() -> Iterator[SimulatorProcess]:
+    with SimulatorProcess().start(**APP_SIM_FLAGS) as simulator:
+        yield simulator
+
+
+@pytest.fixture(name="app_sim")
+async def app_sim_fixture(app_llm_simulator: SimulatorProcess) -> AsyncIterator[SimulatorProcess]:
+    await app_llm_simulator.areset()
+    yield app_llm_simulator
+    # Whatever ended a request, nothing may be left generating upstream.
+    await wait_idle(app_llm_simulator)
+
+
+def chat_stats(manager: LLMConcurrencyManager, backend: str = "chat") -> dict[str, Any]:
+    return dict(manager.stats()["backends"][backend])
+
+
+async def wait_slot_and_upstream_free(
+    manager: LLMConcurrencyManager, sim: SimulatorProcess, *, within: float = 1.0
+) -> dict[str, Any]:
+    """The chat backend's stats once no slot is held here and nothing runs upstream; fails after ``within``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        stats = chat_stats(manager)
+        if stats["in_progress"] == 0 and (await sim.astats())["running"] == 0:
+            return stats
+        if loop.time() > deadline:
+            raise AssertionError(f"slot or upstream still busy {within} s later: {stats}, {await sim.astats()}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture(name="llm_app")
+async def llm_app_fixture(app_sim: SimulatorProcess, settings: Any) -> AsyncIterator[LLMApp]:
+    """``await llm_app(limit_chat=1, max_waiters=0, acquire_timeout=...)``: the app with `LLM_BASE_URL` at the
+    simulator and a fresh process manager configured by the wiring from the `LLM_*` settings."""
+    built: list[LLMConcurrencyManager] = []
+
+    async def build(
+        *, limit_chat: int = 8, max_waiters: int = 200, acquire_timeout: float = 30.0
+    ) -> LLMConcurrencyManager:
+        settings.LLM_BASE_URL = app_sim.base_url
+        settings.LLM_MAX_CONCURRENT_CHAT = limit_chat
+        settings.LLM_MAX_WAITERS = max_waiters
+        settings.LLM_ACQUIRE_TIMEOUT = acquire_timeout
+        if settings_current() is not None:
+            settings_forget()  # an applied settings row would win over the settings above
+        reset_runtime()
+        set_manager(None)
+        await asyncio.to_thread(get_runtime().preload)  # the wiring configures the process manager here
+        manager = get_manager()
+        assert manager.limit("chat") == limit_chat and manager.max_waiters == max_waiters
+        built.append(manager)
+        return manager
+
+    yield build
+    reset_runtime()
+    set_manager(None)
+    await aclose_clients()
+    for manager in built:
+        for name, stats in manager.stats()["backends"].items():
+            assert stats["in_progress"] == 0, f"slot of {name} not released"
