@@ -15,7 +15,15 @@ from rag.retrieval.markdown import MAX_TITLE_CHARS, detect_document_language
 # Tried in this order after the byte-order marks. Big5 before GB18030: GB18030 accepts almost any byte pair, so
 # a Big5 file would "decode" as GB18030 mojibake, while GB text rarely survives Big5's stricter table. cp950 is
 # Microsoft's Big5 (a few dozen extra characters, e.g. 碁 銹), what Windows in Taiwan actually writes.
-ENCODINGS = ("utf-8", "big5", "cp950", "gb18030")
+# cp1252 (Windows' Western code page, a superset of Latin-1's printable range) comes last: it decodes all but five
+# byte values, so it would take any file from the others. It is the fallback for English and Western European
+# text saved by older Windows tools ("café – naïve"), and is only accepted for text that looks like it: see
+# `_plausible_single_byte`.
+ENCODINGS = ("utf-8", "big5", "cp950", "gb18030", "cp1252")
+_SINGLE_BYTE = frozenset({"cp1252"})
+# Latin-script text is mostly ASCII (an accent is one letter in a word); binary data, or text in an unsupported
+# multi-byte encoding, is about half bytes above 0x7F
+_MAX_SINGLE_BYTE_HIGH_RATIO = 0.25
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16 LE: its BOM starts with the UTF-16 LE one
     (codecs.BOM_UTF32_BE, "utf-32"),
@@ -76,11 +84,25 @@ def decode_text(data: bytes, *, preferred: str | None = None) -> tuple[str, str]
         raise SkipFile("binary file (NUL bytes or control characters), not text")
     candidates = ENCODINGS if preferred is None else (preferred, *ENCODINGS)
     for encoding in candidates:
+        if encoding in _SINGLE_BYTE and encoding != preferred and not _plausible_single_byte(data):
+            continue
         try:
             return _checked(data.decode(encoding)), encoding
         except (UnicodeDecodeError, LookupError):
             continue
     raise SkipFile(f"not text in any supported encoding ({', '.join(ENCODINGS)}, or UTF-16/32 with a BOM)")
+
+
+def _plausible_single_byte(data: bytes) -> bool:
+    """Whether bytes that every multi-byte encoding refused can be Western text in a single-byte code page.
+
+    The control-character check (`looks_binary`) has run on the bytes already, and runs again on the decoded
+    text; but a single-byte code page turns every other byte into a printable character, so binary data without
+    control bytes would pass both. Text in such a code page is mostly ASCII.
+    """
+    sample = data[:_SNIFF_BYTES]
+    high = sum(1 for byte in sample if byte > 0x7F)
+    return high / len(sample) <= _MAX_SINGLE_BYTE_HIGH_RATIO
 
 
 def _checked(text: str) -> str:

@@ -98,7 +98,10 @@ def test_empty_binary_and_undecodable_files_are_skipped_with_reasons(tmp_path: P
     (tmp_path / "blank.txt").write_bytes(b"  \n\n ")
     (tmp_path / "binary.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     (tmp_path / "controls.txt").write_bytes(b"abc\x01\x02\x03\x04\x05\x06def" * 20)
-    (tmp_path / "latin1.txt").write_bytes("café crème brûlée à la carte".encode("latin-1"))
+    # 0x81 and 0x9d are unassigned in cp1252 too, after a byte no multi-byte encoding accepts them before
+    (tmp_path / "unknown.txt").write_bytes(b"price list \x81 and \x9d terms " * 10)
+    # no NUL and no control byte, but mostly bytes above 0x7F: not text, even though cp1252 would decode it
+    (tmp_path / "high-bytes.bin.txt").write_bytes(b" ".join(bytes([b]) for b in range(0xA0, 0x100)) * 8)
     (tmp_path / "good.txt").write_text("Opening hours\n\nMonday to Friday, 9 to 5.", encoding="utf-8")
     documents, errors = load(tmp_path, format="text")
     assert [d.doc_id for d in documents] == ["good.txt"]
@@ -107,7 +110,28 @@ def test_empty_binary_and_undecodable_files_are_skipped_with_reasons(tmp_path: P
     assert "only whitespace" in why["blank.txt"]
     assert why["binary.txt"].startswith("binary file")
     assert why["controls.txt"].startswith("binary file")
-    assert why["latin1.txt"].startswith("not text in any supported encoding")
+    assert why["unknown.txt"].startswith("not text in any supported encoding")
+    assert why["high-bytes.bin.txt"].startswith("not text in any supported encoding")
+
+
+def test_western_text_from_windows_is_read_as_cp1252(tmp_path: Path) -> None:
+    # the en dash (0x96) and curly quotes (0x93, 0x94) are cp1252's own, not Latin-1's
+    text = "Café opening hours\r\n\r\nThe café \u2013 a na\u00efve \u201cpop-up\u201d \u2013 is open on Sunday.\r\n"
+    data = text.encode("cp1252")
+    assert b"\x96" in data and b"\x93" in data
+    with pytest.raises(UnicodeDecodeError):
+        data.decode("utf-8")
+    (tmp_path / "cafe.txt").write_bytes(data)
+    (tmp_path / "menu.md").write_bytes("# Menu\n\nCrème brûlée and café au lait are served all day.\n".encode("cp1252"))
+    documents, errors = load(tmp_path)
+    assert errors == []
+    cafe, menu = sorted(documents, key=lambda d: d.doc_id)
+    assert (cafe.title, cafe.text) == (
+        "Café opening hours",
+        "The café \u2013 a na\u00efve \u201cpop-up\u201d \u2013 is open on Sunday.",
+    )
+    assert cafe.language == "en"
+    assert (menu.title, menu.language) == ("Menu", "en") and "Crème brûlée" in menu.text
 
 
 # --- HTML -----------------------------------------------------------------------------------------------------
