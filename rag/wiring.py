@@ -7,6 +7,10 @@ requests-per-minute windows), with the prompt registry as `deps.prompts`; the pr
 takes its limits from the `LLM_MAX_CONCURRENT_*` settings unless the live settings row was applied first (the
 row wins: staff edit it at run time). Without `LLM_BASE_URL` everything stays offline.
 
+The telemetry's sample rate follows the live settings row as well: `LANGFUSE_SAMPLE_RATE` only until the row is
+applied (at server start-up the stored row is read right away), then every change staff save in the concurrency
+console.
+
 The embedder comes from the settings too (`build_embedder`): a local sentence-transformers folder
 (`SENTENCE_TRANSFORMERS_MODEL`), an OpenAI-compatible server (`EMBEDDING_BASE_URL`, through the same call policy
 and concurrency manager as the LLM), or the offline lexical embedding. The retriever's search mode follows the
@@ -33,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _runtime: PipelineRuntime | None = None
+_unfollow_sample_rate: Callable[[], None] | None = None
 # the event loop that serves requests (seen by get_runtime): a network embedder's sync calls run there
 _serving_loop: asyncio.AbstractEventLoop | None = None
 
@@ -217,6 +222,76 @@ def follow_live_settings(llm: Any) -> Callable[[], None]:
     return on_settings_applied(lambda snapshot: apply_live_policy(llm, snapshot))
 
 
+# --- telemetry -------------------------------------------------------------------------------------------------
+
+
+def apply_live_sample_rate(telemetry: Any, snapshot: Any) -> None:
+    """A settings snapshot's telemetry sample rate into the running sampler (refused, and logged, when invalid)."""
+    sampler = telemetry.sampler
+    try:
+        changed = sampler.set_rate(snapshot.telemetry_sample_rate)
+    except (TypeError, ValueError) as exc:
+        logger.error(
+            "live telemetry sample rate v%s refused, keeping %s: %s", snapshot.version, sampler.sample_rate, exc
+        )
+        return
+    if changed:
+        logger.info("telemetry sample rate %s (live settings v%s)", sampler.sample_rate, snapshot.version)
+
+
+def follow_live_sample_rate() -> Callable[[], None]:
+    """Keep the process telemetry's sample rate in step with the live settings row; returns the unsubscribe
+    function. The callback runs on the event loop, so it never builds the telemetry: one built later takes the
+    applied row then (`telemetry_for_deps`)."""
+    from concurrency.live.apply import on_settings_applied
+    from rag.telemetry import current_telemetry
+
+    def apply(snapshot: Any) -> None:
+        telemetry = current_telemetry()
+        if telemetry is not None:
+            apply_live_sample_rate(telemetry, snapshot)
+
+    return on_settings_applied(apply)
+
+
+def telemetry_for_deps() -> Any:
+    """The process telemetry, at the applied live row's sample rate when one was applied (the row wins over
+    `LANGFUSE_SAMPLE_RATE`, as for the concurrency limits). Blocking the first time: call it off the event loop."""
+    from concurrency.live.apply import settings_current
+    from rag.telemetry import get_telemetry
+
+    telemetry = get_telemetry()
+    applied = None
+    # Until stable: a snapshot applied on the loop meanwhile found the telemetry built and set its own rate, and
+    # must not be overwritten here by the older one.
+    while (live := settings_current()) is not None and live is not applied:
+        apply_live_sample_rate(telemetry, live)
+        applied = live
+    return telemetry
+
+
+def sample_rate_from_stored_row() -> None:
+    """At server start-up, before the live settings task applied anything: the stored row's sample rate. One
+    query; a database that cannot answer yet (not migrated, down) leaves `LANGFUSE_SAMPLE_RATE` until it can."""
+    from django.db import DatabaseError, close_old_connections
+
+    from concurrency.live.apply import settings_current
+    from concurrency.selectors import concurrency_settings_snapshot
+    from rag.telemetry import current_telemetry
+
+    telemetry = current_telemetry()
+    if telemetry is None or settings_current() is not None:
+        return
+    try:
+        snapshot = concurrency_settings_snapshot()
+    except DatabaseError as exc:
+        logger.warning("telemetry sample rate: the settings row is unreadable (%s); LANGFUSE_SAMPLE_RATE for now", exc)
+        return
+    finally:
+        close_old_connections()
+    apply_live_sample_rate(telemetry, snapshot)
+
+
 def configure_concurrency_manager() -> Any:
     """The process manager with the limits, priority mode and waiting bounds of the settings.
 
@@ -249,7 +324,6 @@ def build_deps() -> PipelineDeps:
     """Open the vector store and build every client. Blocking: call it off the event loop."""
     from rag.ratelimit import SlidingWindowRateLimiter
     from rag.retrieval.store import open_store_from_settings
-    from rag.telemetry import get_telemetry
 
     # first: a configuration mistake (or a missing model folder) should not leave the store open and locked
     llm = build_llm_backend()
@@ -263,7 +337,7 @@ def build_deps() -> PipelineDeps:
         config=pipeline_config_from_settings(),
         rate_limiter=SlidingWindowRateLimiter(settings.RAG_RATE_LIMIT_PER_MINUTE),
         llm=llm,
-        telemetry=get_telemetry(),  # process-wide, shut down at exit: not one of the deps' cleanups
+        telemetry=telemetry_for_deps(),  # process-wide, shut down at exit: not one of the deps' cleanups
     )
     if llm is not None:
         from rag.llm_nodes.prompts import RegistryPrompts
@@ -308,7 +382,7 @@ def _attach_semantic_cache(deps: PipelineDeps, store: Any, embedder: Any) -> Non
 
 
 def get_runtime() -> PipelineRuntime:
-    global _runtime, _serving_loop
+    global _runtime, _serving_loop, _unfollow_sample_rate
     # at start-up (warm_up) or in a command there is no running loop; the server's is seen on a later call
     with contextlib.suppress(RuntimeError):
         _serving_loop = asyncio.get_running_loop()
@@ -328,6 +402,7 @@ def get_runtime() -> PipelineRuntime:
             )
             register_stats_provider("graph_cache", _runtime.graph_cache.stats)
             register_stats_provider("telemetry_sampler", lambda: get_telemetry().stats())
+            _unfollow_sample_rate = follow_live_sample_rate()
         return _runtime
 
 
@@ -338,12 +413,17 @@ def warm_up() -> None:
         get_runtime().preload()
     except Exception:
         logger.exception("pipeline warm-up failed; the first request will try again")
+        return
+    sample_rate_from_stored_row()
 
 
 def reset_runtime() -> None:
     """Close the store and forget the runtime (tests, and reindex in the owning process)."""
-    global _runtime
+    global _runtime, _unfollow_sample_rate
     with _lock:
         if _runtime is not None:
             _runtime.close()
         _runtime = None
+        if _unfollow_sample_rate is not None:
+            _unfollow_sample_rate()
+            _unfollow_sample_rate = None

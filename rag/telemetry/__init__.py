@@ -7,6 +7,7 @@
 
 The LLM backend reports each call with `report_generation(...)`; the feedback endpoint sends scores with
 `telemetry.send_score(...)`, which creates the trace first when it was never exported.
+`telemetry.sampler.set_rate(...)` changes the sample rate at run time (the live settings).
 """
 
 from rag.telemetry.facade import SummaryStore, Telemetry
@@ -23,7 +24,7 @@ from rag.telemetry.record import (
     trace_summary_from_exchange,
 )
 from rag.telemetry.sampler import SamplerStats, TelemetrySampler
-from rag.telemetry.settings import build_telemetry_from_settings, get_telemetry, reset_telemetry
+from rag.telemetry.settings import build_telemetry_from_settings, current_telemetry, get_telemetry, reset_telemetry
 
 __all__ = [
     "FinishedTrace",
@@ -37,6 +38,7 @@ __all__ = [
     "TraceRecord",
     "build_telemetry_from_settings",
     "client_ref_for",
+    "current_telemetry",
     "current_trace",
     "get_telemetry",
     "report_generation",

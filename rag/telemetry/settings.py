@@ -101,6 +101,11 @@ def get_telemetry() -> Telemetry:
     return _telemetry
 
 
+def current_telemetry() -> Telemetry | None:
+    """The process's Telemetry if it was built already; never builds it (safe on the event loop)."""
+    return _telemetry
+
+
 def reset_telemetry() -> None:
     """Shut the process's Telemetry down and forget it (tests)."""
     global _telemetry
