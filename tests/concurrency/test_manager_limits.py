@@ -11,6 +11,9 @@ from concurrency.context import current_request_context, request_scope
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, LLMPermit, with_llm_semaphore
 
+# Far above every timeout under test: a deadline that never fires fails its test instead of hanging the suite.
+BOUND_S = 2.0
+
 
 async def settle(rounds: int = 3) -> None:
     for _ in range(rounds):
@@ -29,6 +32,18 @@ async def release(permit: LLMPermit) -> None:
 
 def backend_stats(m: LLMConcurrencyManager, backend: str = "b") -> dict[str, object]:
     return dict(m.stats()["backends"][backend])
+
+
+async def busy_from(m: LLMConcurrencyManager, max_wait: float | None = None, backend: str = "b") -> BusyError:
+    """The BusyError of one acquire (``max_wait`` is its acquire timeout) that must be refused, within BOUND_S."""
+
+    async def enter() -> None:
+        async with m.acquire(backend, max_wait):
+            pytest.fail("must not get a permit")
+
+    with pytest.raises(BusyError) as info:
+        await asyncio.wait_for(enter(), BOUND_S)
+    return info.value
 
 
 async def test_unknown_backend_raises_value_error_naming_it() -> None:
@@ -77,10 +92,7 @@ def test_configure_applies_a_whole_settings_object() -> None:
 async def test_acquire_timeout_raises_busy_timeout_and_counts_it() -> None:
     m = LLMConcurrencyManager({"b": 1}, acquire_timeout=0.02)
     holder = await hold(m)
-    with pytest.raises(BusyError) as info:
-        async with m.acquire("b"):
-            pytest.fail("must not get a permit")
-    err = info.value
+    err = await busy_from(m)
     assert (err.backend, err.reason) == ("b", "timeout")
     assert err.retry_after >= 1.0
     assert err.waited >= 0.019
@@ -95,19 +107,15 @@ async def test_acquire_timeout_raises_busy_timeout_and_counts_it() -> None:
 async def test_per_call_timeout_overrides_the_default() -> None:
     m = LLMConcurrencyManager({"b": 1}, acquire_timeout=30.0)
     holder = await hold(m)
-    with pytest.raises(BusyError, match="busy"):
-        async with m.acquire("b", timeout=0.01):
-            pass
+    err = await busy_from(m, 0.01)
+    assert err.reason == "timeout" and 0.009 <= err.waited < 1.0
     await release(holder)
 
 
 async def test_zero_timeout_only_takes_a_free_permit() -> None:
     m = LLMConcurrencyManager({"b": 1})
     async with m.acquire("b", timeout=0):
-        with pytest.raises(BusyError) as info:
-            async with m.acquire("b", timeout=0):
-                pass
-        assert info.value.reason == "timeout"
+        assert (await busy_from(m, 0)).reason == "timeout"
     assert backend_stats(m)["total_timeout"] == 1
 
 
@@ -116,17 +124,15 @@ async def test_waiters_past_max_waiters_are_rejected_at_once() -> None:
     holder = await hold(m)
     waiters = [asyncio.create_task(hold(m)) for _ in range(2)]
     await settle()
-    with pytest.raises(BusyError) as info:
-        async with m.acquire("b"):
-            pass
-    assert info.value.reason == "rejected"
-    assert info.value.waiting == 2
-    assert "queue is full" in str(info.value)
+    err = await busy_from(m)
+    assert err.reason == "rejected"
+    assert err.waiting == 2
+    assert "queue is full" in str(err)
     s = backend_stats(m)
     assert (s["total_rejected"], s["waiting"], s["total_timeout"]) == (1, 2, 0)
     await release(holder)
     for task in waiters:
-        await release(await task)
+        await release(await asyncio.wait_for(task, BOUND_S))
     assert backend_stats(m)["in_progress"] == 0
 
 
@@ -149,7 +155,7 @@ async def test_resize_up_wakes_queued_waiters() -> None:
     await settle()
     assert backend_stats(m)["waiting"] == 3
     m.set_limit("b", 4)
-    permits = await asyncio.gather(*waiters)  # all three admitted without any release
+    permits = await asyncio.wait_for(asyncio.gather(*waiters), BOUND_S)  # all three admitted without any release
     s = backend_stats(m)
     assert (s["in_progress"], s["waiting"], s["available"]) == (4, 0, 0)
     for p in [holder, *permits]:
@@ -261,33 +267,26 @@ async def test_run_and_with_llm_semaphore_hold_a_permit_around_the_call() -> Non
     assert backend_stats(m, "chat")["in_progress"] == 0
 
 
-async def _wait_for_busy(m: LLMConcurrencyManager, max_wait: float) -> BusyError:
-    with pytest.raises(BusyError) as info:
-        async with m.acquire("b", timeout=max_wait):
-            pytest.fail("must not get a permit")
-    return info.value
-
-
 async def test_later_waiter_with_shorter_timeout_expires_first() -> None:
     m = LLMConcurrencyManager({"b": 1})
     holder = await hold(m)
     patient = asyncio.create_task(hold(m))  # default 30 s timeout
     await settle()
-    err = await _wait_for_busy(m, 0.02)  # the deadline timer is re-armed earlier for this one
+    err = await busy_from(m, 0.02)  # the deadline timer is re-armed earlier for this one
     assert err.reason == "timeout"
     s = backend_stats(m)
     assert (s["waiting"], s["total_timeout"]) == (1, 1)
     await release(holder)
-    await release(await patient)
+    await release(await asyncio.wait_for(patient, BOUND_S))
 
 
 async def test_deadlines_fire_in_order_and_none_early() -> None:
     m = LLMConcurrencyManager({"b": 1})
     holder = await hold(m)
-    short = asyncio.create_task(_wait_for_busy(m, 0.02))
+    short = asyncio.create_task(busy_from(m, 0.02))
     await settle()
-    longer = asyncio.create_task(_wait_for_busy(m, 0.05))
-    first = await short
+    longer = asyncio.create_task(busy_from(m, 0.05))
+    first = await short  # busy_from bounds each wait
     assert backend_stats(m)["waiting"] == 1  # the 0.05 s waiter is still queued
     second = await longer
     assert first.waited >= 0.019
@@ -304,12 +303,12 @@ async def test_deadline_of_a_granted_waiter_does_not_expire_the_next_one() -> No
     slow = asyncio.create_task(_hold_with_timeout(m, 5.0))
     await settle()
     await release(holder)
-    quick_permit = await quick  # granted before its 0.02 s deadline
+    quick_permit = await asyncio.wait_for(quick, BOUND_S)  # granted before its 0.02 s deadline
     await asyncio.sleep(0.04)  # the timer armed for `quick` fires now and must leave `slow` alone
     s = backend_stats(m)
     assert (s["waiting"], s["total_timeout"]) == (1, 0)
     await release(quick_permit)
-    await release(await slow)
+    await release(await asyncio.wait_for(slow, BOUND_S))
     assert backend_stats(m)["in_progress"] == 0
 
 
