@@ -6,7 +6,9 @@ otherwise). Every change bumps it after commit; a worker reads it at most once p
 Between checks a lookup is a dict read: no database, no cache, no thread hop.
 
 Snapshots from Langfuse (and database fallbacks taken while Langfuse failed) also expire after
-`PROMPT_LANGFUSE_CACHE_TTL` seconds, since a change made in Langfuse bumps nothing here.
+`PROMPT_LANGFUSE_CACHE_TTL` seconds, since a change made in Langfuse bumps nothing here. An expired copy is
+still held: it is served while one background fetch refreshes it (prompts.selectors), and kept for another TTL
+when that fetch fails. A generation change drops expired and fresh copies alike.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ class _Entry:
 _NEVER_SEEN = object()
 
 
+def _expired(entry: _Entry, now: float) -> bool:
+    return entry.expires_at is not None and now >= entry.expires_at
+
+
 class PromptMemory:
     """Snapshots by (name, label). Thread-safe: lookups are plain dict reads, writes take a lock."""
 
@@ -110,9 +116,19 @@ class PromptMemory:
             return None
         return self._fresh(name, label, now)
 
+    def peek_copy(self, name: str, label: str) -> tuple[PromptSnapshot, bool, int] | None:
+        """(the copy held, whether it expired, epoch for `store`) when no generation check is due; None means
+        "ask `lookup_copy`"."""
+        now = self.clock()
+        if now - self._checked_at >= self.settings.check_interval:
+            return None
+        epoch = self._epoch  # read first: a drop after it makes a store with it a no-op
+        entry = self._entries.get((name, label))
+        return None if entry is None else (entry.snapshot, _expired(entry, now), epoch)
+
     def _fresh(self, name: str, label: str, now: float) -> PromptSnapshot | None:
         entry = self._entries.get((name, label))
-        if entry is None or (entry.expires_at is not None and now >= entry.expires_at):
+        if entry is None or _expired(entry, now):
             return None
         return entry.snapshot
 
@@ -140,6 +156,15 @@ class PromptMemory:
         self.generation_check()
         return self._fresh(name, label, self.clock()), self._epoch
 
+    def lookup_copy(self, name: str, label: str) -> tuple[PromptSnapshot | None, bool, int]:
+        """(the copy held or None, whether it expired, epoch for `store`). Checks the generation first when due."""
+        self.generation_check()
+        epoch = self._epoch
+        entry = self._entries.get((name, label))
+        if entry is None:
+            return None, False, epoch
+        return entry.snapshot, _expired(entry, self.clock()), epoch
+
     # --- writes -------------------------------------------------------------------------------------------
     def store(self, snapshot: PromptSnapshot, *, label: str, epoch: int, ttl: float | None) -> None:
         with self._lock:
@@ -147,6 +172,14 @@ class PromptMemory:
                 return  # dropped while this snapshot was being loaded: it may be stale
             expires_at = None if ttl is None else self.clock() + ttl
             self._entries[(snapshot.name, label)] = _Entry(snapshot, expires_at)
+
+    def hold(self, name: str, label: str, *, epoch: int, ttl: float) -> None:
+        """Keep the copy held for another `ttl` seconds: its refresh failed, so the next try waits that long
+        rather than following on every request."""
+        with self._lock:
+            entry = self._entries.get((name, label))
+            if epoch == self._epoch and entry is not None:
+                self._entries[(name, label)] = _Entry(entry.snapshot, self.clock() + ttl)
 
     def drop(self) -> None:
         """Forget every snapshot of this worker (the generation check does the same for the others)."""

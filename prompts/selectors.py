@@ -4,23 +4,34 @@
 (`prompts.memory`) and touch the cache or the database only when a generation check is due or the snapshot is
 missing. The async variant then makes one thread hop (the database source), or one hop to Langfuse plus one to
 the database when Langfuse fails.
+
+With Langfuse as the source no request waits on Langfuse once a copy is held (stale-while-revalidate): an
+expired copy is served at once while one background fetch per prompt refreshes it (`prompts.refresh`), and a
+failed fetch keeps the copy another TTL. Only the first load of a prompt, with nothing to serve, waits for the
+fetch, at most `PROMPT_LANGFUSE_TIMEOUT`, and falls back to the database.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import Future
 
 from channels.db import database_sync_to_async
 from django.db import connections
 
 from prompts.catalogue import LATEST, PRODUCTION, spec_get
 from prompts.errors import PromptError, PromptNotFoundError, PromptSourceError
-from prompts.memory import memory
+from prompts.memory import LangfuseSettings, memory
 from prompts.models import Prompt
+from prompts.refresh import SingleFlight
 from prompts.snapshot import PromptSnapshot, snapshot_build
 
 logger = logging.getLogger(__name__)
+
+# One Langfuse fetch in flight per (name, label); the catalogue has a handful of prompts, so 16 is never reached
+# by the pipeline's own reads.
+langfuse_refreshes = SingleFlight(name="prompt-refresh", max_in_flight=16)
 
 
 def prompt_get(*, name: str, label: str = PRODUCTION) -> PromptSnapshot:
@@ -46,6 +57,9 @@ async def aprompt_get(*, name: str, label: str = PRODUCTION) -> PromptSnapshot:
         return snapshot
     spec_get(name)
     if memory.settings.langfuse is not None:
+        snapshot = _stale_serve(name, label)
+        if snapshot is not None:
+            return snapshot
         # Plain thread, not the shared ORM thread: a slow Langfuse must not hold up other database work.
         snapshot = await asyncio.to_thread(_remote_resolve, name, label)
         if snapshot is not None:
@@ -59,25 +73,60 @@ def prompt_versions_list(*, name: str) -> list[tuple[int, tuple[str, ...]]]:
     return [(version, tuple(labels or ())) for version, labels in rows]
 
 
-# --- loading (sync; run in a thread from async code) ----------------------------------------------------------
-def _remote_resolve(name: str, label: str) -> PromptSnapshot | None:
+# --- Langfuse: stale-while-revalidate ---------------------------------------------------------------------------
+def _stale_serve(name: str, label: str) -> PromptSnapshot | None:
+    """An expired copy, with its refresh started, when no generation check is due: no I/O, safe on the loop."""
+    held = memory.peek_copy(name, label)
+    config = memory.settings.langfuse
+    if held is None or config is None:
+        return None
+    snapshot, expired, epoch = held
+    if expired:
+        _refresh_start(config, name, label, epoch=epoch)
+    return snapshot
+
+
+def _refresh_start(
+    config: LangfuseSettings, name: str, label: str, *, epoch: int
+) -> Future[PromptSnapshot | None] | None:
+    return langfuse_refreshes.start((name, label), lambda: _langfuse_refresh(config, name, label, epoch=epoch))
+
+
+def _langfuse_refresh(config: LangfuseSettings, name: str, label: str, *, epoch: int) -> PromptSnapshot | None:
+    """Fetch one prompt and keep it; on failure keep the copy held for another TTL. Runs on a refresh thread."""
     from prompts.langfuse_source import langfuse_prompt_fetch
 
-    snapshot, epoch = memory.lookup(name, label)
-    if snapshot is not None:
-        return snapshot
-    config = memory.settings.langfuse
-    if config is None:
-        return None
+    ttl = memory.settings.langfuse_ttl
     try:
         snapshot = langfuse_prompt_fetch(config=config, name=name, label=label)
     except PromptSourceError as exc:
         memory.warn_throttled(
-            f"langfuse:{name}:{label}", "Langfuse prompt unavailable, serving the database version: %s", exc
+            f"langfuse:{name}:{label}", "Langfuse prompt unavailable, serving the copy held or the database: %s", exc
         )
+        memory.hold(name, label, epoch=epoch, ttl=ttl)
         return None
-    memory.store(snapshot, label=label, epoch=epoch, ttl=memory.settings.langfuse_ttl)
+    memory.store(snapshot, label=label, epoch=epoch, ttl=ttl)
     return snapshot
+
+
+# --- loading (sync; run in a thread from async code) ----------------------------------------------------------
+def _remote_resolve(name: str, label: str) -> PromptSnapshot | None:
+    config = memory.settings.langfuse
+    if config is None:
+        return None
+    snapshot, expired, epoch = memory.lookup_copy(name, label)
+    if snapshot is not None:
+        if expired:
+            _refresh_start(config, name, label, epoch=epoch)
+        return snapshot
+    # The first load: nothing to serve meanwhile, so wait for the fetch (bounded), then use the database.
+    fetch = _refresh_start(config, name, label, epoch=epoch)
+    if fetch is None:
+        return None
+    try:
+        return fetch.result(timeout=config.timeout)
+    except TimeoutError:
+        return None  # the fetch goes on and keeps its result; this request is answered from the database
 
 
 def _database_resolve(name: str, label: str) -> PromptSnapshot:

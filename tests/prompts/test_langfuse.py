@@ -6,12 +6,14 @@ import base64
 import json
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from prompts.selectors import aprompt_get, prompt_get
+import prompts.selectors as selectors
+from prompts.selectors import aprompt_get, langfuse_refreshes, prompt_get
 
 NAME = "planner-system"
 PUBLIC_KEY, SECRET_KEY = "pk-lf-test", "sk-lf-test"
@@ -39,6 +41,9 @@ class FakeLangfuse(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.prompts: dict[tuple[str, str], dict] = {}
         self.requests: list[tuple[str, dict, str]] = []
+        # Cleared, every answer waits for it (at most 10 s): a slow Langfuse.
+        self.answering = threading.Event()
+        self.answering.set()
 
     @property
     def url(self) -> str:
@@ -52,6 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = {key: values[0] for key, values in parse_qs(parts.query).items()}
         self.server.requests.append((parts.path, query, self.headers.get("Authorization", "")))
+        self.server.answering.wait(timeout=10)
         prefix = "/api/public/v2/prompts/"
         prompt = None
         if parts.path.startswith(prefix):
@@ -74,6 +80,8 @@ def langfuse_server():
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
+    server.answering.set()
+    assert langfuse_refreshes.wait_idle(10)
     server.shutdown()
     server.server_close()
     thread.join(timeout=5)
@@ -85,6 +93,18 @@ def _use_langfuse(settings, host: str) -> None:
     settings.LANGFUSE_SECRET_KEY = SECRET_KEY
     settings.LANGFUSE_HOST = host
     settings.PROMPT_LANGFUSE_TIMEOUT = 2.0
+
+
+def _refreshed() -> None:
+    """Wait for the background fetches started so far to land in memory."""
+    assert langfuse_refreshes.wait_idle(10)
+
+
+def _until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
 
 
 def _warnings(caplog) -> list[str]:
@@ -104,7 +124,7 @@ def test_prompt_comes_from_langfuse_with_the_label(settings, langfuse_server):
     assert authorization == "Basic " + base64.b64encode(f"{PUBLIC_KEY}:{SECRET_KEY}".encode()).decode()
 
 
-def test_langfuse_snapshot_expires_after_its_ttl(settings, langfuse_server, clock):
+def test_langfuse_snapshot_is_refreshed_in_the_background_after_its_ttl(settings, langfuse_server, clock):
     _use_langfuse(settings, langfuse_server.url)
     settings.PROMPT_LANGFUSE_CACHE_TTL = 30.0
     langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(7, "v7 {{language}}")
@@ -114,7 +134,96 @@ def test_langfuse_snapshot_expires_after_its_ttl(settings, langfuse_server, cloc
     assert prompt_get(name=NAME).version == 7
     assert len(langfuse_server.requests) == 1
     clock.advance(1.0)
+    assert prompt_get(name=NAME).version == 7  # expired: served while the refresh runs
+    _refreshed()
     assert prompt_get(name=NAME).version == 8
+    assert len(langfuse_server.requests) == 2
+
+
+def test_an_expired_copy_is_served_at_once_while_one_fetch_refreshes_it(settings, langfuse_server, clock):
+    _use_langfuse(settings, langfuse_server.url)
+    settings.PROMPT_LANGFUSE_TIMEOUT = 5.0
+    settings.PROMPT_LANGFUSE_CACHE_TTL = 30.0
+    langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(7, "v7 {{language}}")
+    assert prompt_get(name=NAME).version == 7
+    langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(8, "v8 {{language}}")
+    langfuse_server.answering.clear()  # Langfuse turns slow
+    clock.advance(31.0)
+
+    started = time.monotonic()
+    assert prompt_get(name=NAME).version == 7
+    assert time.monotonic() - started < 1.0  # not the 5 s the fetch may take
+    _until(lambda: len(langfuse_server.requests) == 2)  # the refresh is waiting on Langfuse
+    # More requests for the expired prompt, from other threads at once: still the stale copy, and no new fetch.
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(prompt_get(name=NAME).version)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=5)
+    assert results == [7, 7, 7, 7]
+    assert langfuse_refreshes.in_flight() == 1
+
+    langfuse_server.answering.set()
+    _refreshed()
+    assert prompt_get(name=NAME).version == 8
+    assert len(langfuse_server.requests) == 2
+
+
+async def test_aprompt_get_serves_an_expired_copy_without_a_thread_hop(settings, langfuse_server, clock, monkeypatch):
+    _use_langfuse(settings, langfuse_server.url)
+    settings.PROMPT_LANGFUSE_CACHE_TTL = 30.0
+    settings.PROMPT_CACHE_CHECK_INTERVAL = 60.0
+    langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(7, "v7 {{language}}")
+    first = await aprompt_get(name=NAME)
+    langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(8, "v8 {{language}}")
+    langfuse_server.answering.clear()
+    clock.advance(31.0)  # expired, and no generation check due: nothing to read but memory
+
+    def hop(*args: object) -> None:
+        raise AssertionError("an expired copy must be served without waiting on the Langfuse path")
+
+    monkeypatch.setattr(selectors, "_remote_resolve", hop)
+    assert await aprompt_get(name=NAME) is first
+    _until(lambda: len(langfuse_server.requests) == 2)
+    langfuse_server.answering.set()
+    _refreshed()
+    assert (await aprompt_get(name=NAME)).version == 8
+
+
+@pytest.mark.django_db
+def test_first_load_from_a_slow_langfuse_waits_at_most_the_timeout_then_uses_the_database(settings, langfuse_server):
+    _use_langfuse(settings, langfuse_server.url)
+    settings.PROMPT_LANGFUSE_TIMEOUT = 0.3
+    langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(7, "v7 {{language}}")
+    langfuse_server.answering.clear()
+    started = time.monotonic()
+    snapshot = prompt_get(name=NAME)
+    waited = time.monotonic() - started
+    assert (snapshot.version, snapshot.source) == (1, "database")
+    assert 0.25 <= waited < 2.0
+
+
+@pytest.mark.django_db
+def test_a_failed_refresh_keeps_the_langfuse_copy_and_retries_after_the_ttl(settings, langfuse_server, clock, caplog):
+    _use_langfuse(settings, langfuse_server.url)
+    settings.PROMPT_LANGFUSE_CACHE_TTL = 30.0
+    caplog.set_level(logging.WARNING, logger="prompts")
+    langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(7, "v7 {{language}}")
+    assert prompt_get(name=NAME).version == 7
+    del langfuse_server.prompts[(NAME, "production")]  # Langfuse now answers 404
+    clock.advance(30.0)
+    assert prompt_get(name=NAME).version == 7
+    _refreshed()
+    assert len(_warnings(caplog)) == 1
+    for _ in range(3):  # held for another TTL: no fetch per request
+        clock.advance(5.0)
+        assert (prompt_get(name=NAME).version, prompt_get(name=NAME).source) == (7, "langfuse")
+    assert len(langfuse_server.requests) == 2
+    clock.advance(15.0)
+    assert prompt_get(name=NAME).version == 7
+    _refreshed()
+    assert len(langfuse_server.requests) == 3
 
 
 async def test_aprompt_get_fetches_langfuse_off_the_event_loop(settings, langfuse_server):
@@ -139,9 +248,11 @@ def test_unreachable_langfuse_falls_back_to_the_database_and_warns_once_per_inte
 
     clock.advance(31.0)  # the fallback copy expires with the TTL: Langfuse is tried again, without a new warning
     assert prompt_get(name=NAME).source == "database"
+    _refreshed()
     assert len(_warnings(caplog)) == 1
     clock.advance(30.0)  # 61 s after the first warning
     assert prompt_get(name=NAME).source == "database"
+    _refreshed()
     assert len(_warnings(caplog)) == 2
 
 
