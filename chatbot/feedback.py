@@ -1,9 +1,11 @@
 """Feedback on answers: check the input, record it (one per answer and client), list it for export, and send it
 to Langfuse as a score once the row is committed.
 
-Sending only enqueues (`Telemetry.send_score`): the exporter's thread does the network work, creating the trace
-first when the request was not sampled, from the summary its worker kept or, failing that, from the messages
-stored here (question, answer length, latency, usage).
+Sending only enqueues (`Telemetry.send_score`): the exporter does the network work. Whether the request's trace
+reached the exporter was recorded on the answer when it finished (`Message.trace_exported`); when it did not
+(sampled out, or dropped with the queue full), the trace is sent before the score, from the summary its worker
+kept or, failing that, from the messages stored here (question, answer length, latency, usage). Nothing is
+decided again now: the sample rate may have changed since, and the answer may have come from another worker.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ def feedback_send(*, feedback: Feedback, answer: Message, question: Message | No
             conversation_id=str(answer.conversation_id),
             client_id=feedback.client_id,
         )
-        if not telemetry.send_score(score, fallback=fallback):
+        if not telemetry.send_score(score, trace_exported=answer.trace_exported, fallback=fallback):
             logger.warning("feedback %s not sent to Langfuse: the telemetry queue is full", feedback.pk)
     except Exception:
         logger.exception("feedback %s not sent to Langfuse", feedback.pk)

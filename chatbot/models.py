@@ -46,6 +46,9 @@ class Message(models.Model):
     sources = models.JSONField(default=list, blank=True)
     usage = models.JSONField(default=dict, blank=True)
     trace_id = models.CharField(max_length=64, blank=True)
+    # Whether the request's trace went to the Langfuse exporter when it finished (sampled and not dropped with
+    # the queue full); feedback on an answer without it sends the trace before the score.
+    trace_exported = models.BooleanField(default=False)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -86,6 +86,7 @@ def exchange_record(
             sources=meta.get("sources", []),
             usage=meta.get("usage", {}),
             trace_id=meta.get("trace_id", ""),
+            trace_exported=bool(meta.get("trace_exported", False)),
             latency_ms=meta.get("latency_ms"),
         )
         fields = ["updated_at"]

@@ -156,6 +156,7 @@ class ChatExchange:
             "sources": [s.as_dict() for s in state.sources],
             "usage": state.usage.as_dict(),
             "trace_id": state.trace_id,
+            "trace_exported": state.trace_exported,
             "latency_ms": int(((self.run.finished or time.monotonic()) - self.run.started) * 1000),
         }
         task = asyncio.create_task(

@@ -133,6 +133,7 @@ class PipelineState:
     # --- outcome ---
     error: PipelineError | None = None
     trace_id: str = ""
+    trace_exported: bool = False  # set by telemetry when the request ends: its trace went to the exporter's queue
     nodes_run: list[str] = field(default_factory=list)
 
     def fail(self, code: str, message: str, *, retry_after: float | None = None) -> None:

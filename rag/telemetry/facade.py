@@ -6,7 +6,10 @@ trace): no SDK import, no thread, no network, and `begin` returns None so the en
 Enabled, a request goes: `begin(state)` in the run's task (sampling decided once, trace id set, the record
 becomes the engine's observer and the LLM backend's sink) -> nodes run -> `finish(state)` freezes the record and
 either hands it to the exporter's bounded queue (sampled) or keeps a compact summary in a bounded in-memory
-store (unsampled), so the trace can still be created when feedback comes. Nothing on the request path waits.
+store (unsampled, or dropped with the queue full). Either way `state.trace_exported` says which, and the chat
+stores it with the answer: when feedback comes (later, maybe in another worker, maybe after the sample rate
+changed) that flag, not a new sampling decision, says whether the trace must be sent before the score. Nothing
+on the request path waits.
 """
 
 from __future__ import annotations
@@ -119,23 +122,22 @@ class Telemetry:
         else:
             status, message = "ok", ""
         trace = finished_trace_from_state(record, state, status=status, message=message)
-        if record.sampled and self.exporter.submit_trace(trace):
-            return
-        # Not exported (sampled out, or dropped with the queue full): keep what feedback would need.
-        self.summaries.put(trace.compact())
+        state.trace_exported = record.sampled and self.exporter.submit_trace(trace)
+        if not state.trace_exported:
+            # Sampled out, or dropped with the queue full: keep what feedback would need to send it later.
+            self.summaries.put(trace.compact())
 
     # --- feedback (any thread; enqueues only) -----------------------------------------------------------------
-    def trace_exported(self, request_id: str) -> bool:
-        """Whether the request's trace should already be in Langfuse: sampled, and not dropped in this worker."""
-        return self.sampler.decide(request_id) and self.summaries.get(request_id) is None
-
-    def send_score(self, score: ScoreRecord, *, fallback: FinishedTrace | None = None) -> bool:
-        """Queue a score for a request's trace, creating the trace first when it was never exported. `fallback`
-        is the summary to create it from when this worker no longer has one in memory."""
+    def send_score(self, score: ScoreRecord, *, trace_exported: bool, fallback: FinishedTrace | None = None) -> bool:
+        """Queue a score for a request's trace. `trace_exported` is what the request recorded when it finished
+        (`state.trace_exported`, stored with its answer): when False, the trace is sent first (Langfuse drops a
+        score whose trace it does not know), from this worker's summary of the request when it still has one,
+        else from `fallback` (rebuilt from the stored messages: answered by another worker, or before a restart).
+        """
         if self.exporter is None:
             return False
         trace = None
-        if not self.trace_exported(score.request_id):
+        if not trace_exported:
             trace = self.summaries.get(score.request_id) or fallback
             if trace is None:
                 logger.warning("score for %s: its trace was never exported and no summary is left", score.request_id)

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
+import threading
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import Client
 
 from chatbot import feedback as feedback_module
+from chatbot import streaming
 from chatbot.models import Conversation, Feedback, Message
+from rag.deps import PipelineDeps
+from rag.nodes import build_registry
+from rag.runtime import PipelineRuntime
 from rag.telemetry import Telemetry, trace_id_for
+from rag.telemetry.langfuse_export import TRACE_NAME, LangfuseExporter
+from rag.workflows.default import default_workflow
+from tests.rag.nodes.support import InMemoryRetriever
+from tests.rag.telemetry.capture import CaptureServer
 from tests.rag.telemetry.support import FakeExporter
 
 pytestmark = pytest.mark.django_db
@@ -195,6 +207,159 @@ def test_without_telemetry_nothing_is_sent(client: Client, answer: Message, djan
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         assert post(client, {"request_id": "req-a1", "score": "up"}).status_code == 201
     assert len(callbacks) == 1  # ran, and found telemetry off (the test settings have no Langfuse keys)
+
+
+# --- telemetry, end to end: an answer recorded by a chat exchange, the real SDK, a capture server on loopback ------
+
+
+class Worker:
+    """One server process as far as telemetry goes: its own Telemetry (real SDK, exporting to `server`) and an
+    offline pipeline runtime that uses it."""
+
+    def __init__(self, server: CaptureServer, *, sample_rate: float, **exporter_options: Any) -> None:
+        exporter = LangfuseExporter(
+            public_key=f"pk-lf-feedback-{uuid.uuid4().hex[:8]}",
+            secret_key="sk-lf-feedback",
+            host=server.url,
+            flush_interval=0.1,
+            **exporter_options,
+        )
+        self.telemetry = Telemetry(sample_rate=sample_rate, exporter=exporter)
+        deps = PipelineDeps(retriever=InMemoryRetriever(), telemetry=self.telemetry)
+        self.runtime = PipelineRuntime(
+            registry=build_registry(), deps_factory=lambda: deps, default_workflow=default_workflow()
+        )
+
+    async def answer(self, monkeypatch: pytest.MonkeyPatch, question: str = "如何重設密碼？") -> Message:
+        """Ask as client ALICE through a chat exchange; the stored answer."""
+        monkeypatch.setattr(streaming, "get_runtime", lambda: self.runtime)
+        ask = streaming.ask_input_parse({"question": question}, backend="chat", client_id=f"anon:{ALICE}")
+        exchange = await streaming.exchange_open(ask)
+        events = [event async for event in exchange.events()]
+        assert events[-1]["channel"] == "meta_summary"
+        await streaming.pending_records()
+        return await Message.objects.aget(request_id=exchange.request_id, role=Message.Role.ASSISTANT)
+
+    async def feedback(self, monkeypatch: pytest.MonkeyPatch, client: Client, request_id: str) -> None:
+        """POST a thumbs-down to this worker, and wait until what it queued has left."""
+        monkeypatch.setattr(feedback_module, "get_telemetry", lambda: self.telemetry)
+        response = await sync_to_async(post)(client, {"request_id": request_id, "score": "down"})
+        assert response.status_code == 201
+        assert await asyncio.to_thread(self.telemetry.flush, 5)
+
+
+@pytest.fixture
+def capture_server() -> Iterator[CaptureServer]:
+    with CaptureServer() as server:
+        yield server
+
+
+@pytest.fixture
+def workers(capture_server: CaptureServer) -> Iterator[Callable[..., Worker]]:
+    made: list[Worker] = []
+
+    def make(**options: Any) -> Worker:
+        made.append(Worker(capture_server, **options))
+        return made[-1]
+
+    yield make
+    for worker in made:
+        worker.telemetry.shutdown(5)
+
+
+def roots_of(server: CaptureServer, request_id: str) -> list[Any]:
+    return [s for s in server.capture.spans if s.trace_id == trace_id_for(request_id) and s.name == TRACE_NAME]
+
+
+def spans_then_score(server: CaptureServer, request_id: str) -> bool:
+    """The trace's spans arrived before its score (Langfuse drops a score whose trace it does not know)."""
+    trace_id = trace_id_for(request_id)
+    kinds = [
+        kind
+        for kind, batch in server.capture.events
+        if any((item.trace_id if kind == "spans" else item["traceId"]) == trace_id for item in batch)
+    ]
+    return "spans" in kinds and "scores" in kinds and kinds.index("spans") < kinds.index("scores")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_feedback_on_an_exported_answer_sends_only_the_score_even_after_the_rate_went_down(
+    client: Client, capture_server: CaptureServer, workers, monkeypatch: pytest.MonkeyPatch, recording_queries
+) -> None:
+    worker = workers(sample_rate=1.0)
+    answer = await worker.answer(monkeypatch)
+    assert answer.trace_exported is True
+    # Recorded in the exchange's one write: BEGIN, SELECT, SAVEPOINT, INSERT conversation, RELEASE, 2 x INSERT
+    # message, UPDATE, COMMIT.
+    assert len(recording_queries) == 1 and recording_queries[0] <= 9
+    assert await asyncio.to_thread(worker.telemetry.flush, 5)
+    assert len(roots_of(capture_server, answer.request_id)) == 1
+
+    worker.telemetry.sampler.set_rate(0.0)  # staff turned tracing down before the feedback came
+    await worker.feedback(monkeypatch, client, answer.request_id)
+
+    [score] = capture_server.capture.scores
+    assert (score["traceId"], score["name"], score["value"]) == (trace_id_for(answer.request_id), "user_feedback", 0)
+    assert len(roots_of(capture_server, answer.request_id)) == 1  # not sent again
+    assert worker.telemetry.stats()["export"]["rebuilt_traces"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_feedback_on_an_unsampled_answer_sends_its_trace_first_from_any_worker_at_any_rate(
+    client: Client, capture_server: CaptureServer, workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answering = workers(sample_rate=0.0)
+    answer = await answering.answer(monkeypatch)
+    assert answer.trace_exported is False
+    assert await asyncio.to_thread(answering.telemetry.flush, 5)
+    assert roots_of(capture_server, answer.request_id) == []
+
+    # Another worker, tracing everything now, and with no memory of the request.
+    other = workers(sample_rate=1.0)
+    await other.feedback(monkeypatch, client, answer.request_id)
+
+    [root] = roots_of(capture_server, answer.request_id)
+    assert root.attribute_json("langfuse.observation.metadata.rebuilt_from") == "messages"
+    assert root.attribute_json("langfuse.observation.input") == {"question": "如何重設密碼？"}
+    assert root.attribute_json("langfuse.observation.output") == {"answer_chars": len(answer.content)}
+    assert spans_then_score(capture_server, answer.request_id)
+    assert [score["traceId"] for score in capture_server.capture.scores] == [trace_id_for(answer.request_id)]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_feedback_on_an_answer_whose_trace_was_dropped_sends_its_trace_first(
+    client: Client, capture_server: CaptureServer, workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = workers(sample_rate=1.0, queue_size=1)
+    exporter = worker.telemetry.exporter
+    entered, release = threading.Event(), threading.Event()
+    real_handle = exporter._handle
+
+    def held_handle(item: Any) -> None:
+        entered.set()
+        release.wait(10)
+        real_handle(item)
+
+    monkeypatch.setattr(exporter, "_handle", held_handle)
+    first = await worker.answer(monkeypatch)  # taken by the exporter's thread, which is held
+    assert await asyncio.to_thread(entered.wait, 5)
+    queued = await worker.answer(monkeypatch, "How do I download my certificate?")  # fills the queue (size 1)
+    dropped = await worker.answer(monkeypatch, "What browsers are supported?")
+    release.set()
+    assert await asyncio.to_thread(worker.telemetry.flush, 5)
+
+    assert (first.trace_exported, queued.trace_exported, dropped.trace_exported) == (True, True, False)
+    assert worker.telemetry.stats()["export"]["dropped"] == 1
+    await worker.feedback(monkeypatch, client, dropped.request_id)
+
+    [root] = roots_of(capture_server, dropped.request_id)
+    # From this worker's summary, which still has the spans of every node it ran.
+    assert root.attribute_json("langfuse.observation.metadata.rebuilt_from") == "memory"
+    nodes = [
+        s for s in capture_server.capture.spans if s.trace_id == root.trace_id and s.parent_span_id == root.span_id
+    ]
+    assert len(nodes) == len(root.attribute_json("langfuse.observation.metadata.nodes"))
+    assert spans_then_score(capture_server, dropped.request_id)
 
 
 # --- admin ----------------------------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ async def test_a_score_for_an_unsampled_request_creates_its_trace_first(server, 
     trace_id = trace_id_for("req-unsampled")
     assert spans_of(server, trace_id) == []
 
-    assert telemetry.send_score(feedback_score("req-unsampled"))
+    assert telemetry.send_score(feedback_score("req-unsampled"), trace_exported=state.trace_exported)
     telemetry.flush(5)
 
     kinds = [(kind, batch) for kind, batch in server.capture.events]
@@ -155,10 +155,10 @@ async def test_a_score_for_an_unsampled_request_creates_its_trace_first(server, 
 
 async def test_a_second_score_recreates_the_same_trace_rather_than_a_copy(server, make_telemetry):
     telemetry = make_telemetry(sample_rate=0.0)
-    await run_request(telemetry, request_id="req-twice")
-    telemetry.send_score(feedback_score("req-twice", 0.0))
+    state = await run_request(telemetry, request_id="req-twice")
+    telemetry.send_score(feedback_score("req-twice", 0.0), trace_exported=state.trace_exported)
     telemetry.flush(5)
-    telemetry.send_score(feedback_score("req-twice", 1.0))
+    telemetry.send_score(feedback_score("req-twice", 1.0), trace_exported=state.trace_exported)
     telemetry.flush(5)
 
     roots = roots_of(server, trace_id_for("req-twice"))
@@ -168,9 +168,9 @@ async def test_a_second_score_recreates_the_same_trace_rather_than_a_copy(server
 
 async def test_a_score_for_a_sampled_request_does_not_recreate_its_trace(server, make_telemetry):
     telemetry = make_telemetry(sample_rate=1.0)
-    await run_request(telemetry, request_id="req-sampled")
+    state = await run_request(telemetry, request_id="req-sampled")
     telemetry.flush(5)
-    telemetry.send_score(feedback_score("req-sampled"))
+    telemetry.send_score(feedback_score("req-sampled"), trace_exported=state.trace_exported)
     telemetry.flush(5)
 
     assert len(roots_of(server, trace_id_for("req-sampled"))) == 1

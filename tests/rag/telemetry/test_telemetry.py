@@ -58,7 +58,8 @@ async def test_without_keys_it_is_a_noop_that_starts_nothing_and_sends_nothing(s
 
     assert not telemetry.enabled
     assert state.answer and state.trace_id == ""
-    assert telemetry.send_score(score_for("r-off")) is False
+    assert telemetry.send_score(score_for("r-off"), trace_exported=False) is False
+    assert state.trace_exported is False
     assert telemetry.flush() is True
     telemetry.shutdown()
     assert set(threading.enumerate()) == threads_before
@@ -91,6 +92,7 @@ async def test_a_sampled_request_is_handed_over_with_a_span_per_node_and_its_gen
     state = await run_request(telemetry, request_id="r-1")
 
     [trace] = exporter.traces
+    assert state.trace_exported is True
     assert state.trace_id == trace.trace_id == trace_id_for("r-1")
     assert (trace.question, trace.answer, trace.status) == ("如何重設密碼？", state.answer, "ok")
     assert [node.node for node in trace.nodes] == state.nodes_run
@@ -111,6 +113,7 @@ async def test_an_unsampled_request_keeps_only_a_compact_summary():
     state = await run_request(telemetry, request_id="r-2")
 
     assert exporter.traces == []
+    assert state.trace_exported is False
     assert state.trace_id == trace_id_for("r-2")  # feedback may still create this trace later
     summary = telemetry.summaries.get("r-2")
     assert summary is not None and summary.answer is None
@@ -187,10 +190,10 @@ async def test_a_cancelled_run_is_exported_with_the_running_node_failed():
 async def test_a_trace_dropped_with_the_queue_full_is_remembered_for_feedback():
     exporter = FakeExporter(accept=False)
     telemetry = Telemetry(sample_rate=1.0, exporter=exporter)
-    await run_request(telemetry, request_id="r-6")
+    state = await run_request(telemetry, request_id="r-6")
 
-    assert not telemetry.trace_exported("r-6")
-    telemetry.send_score(score_for("r-6"))
+    assert state.trace_exported is False  # sampled, but it never reached the exporter
+    telemetry.send_score(score_for("r-6"), trace_exported=state.trace_exported)
     [(score, trace)] = exporter.scores
     assert trace is not None and (trace.trace_id, trace.rebuilt_from) == (score.trace_id, "memory")
 
@@ -198,9 +201,26 @@ async def test_a_trace_dropped_with_the_queue_full_is_remembered_for_feedback():
 async def test_a_score_for_an_exported_trace_goes_alone():
     exporter = FakeExporter()
     telemetry = Telemetry(sample_rate=1.0, exporter=exporter)
-    await run_request(telemetry, request_id="r-7")
-    telemetry.send_score(score_for("r-7"))
+    state = await run_request(telemetry, request_id="r-7")
+    telemetry.send_score(score_for("r-7"), trace_exported=state.trace_exported)
     assert exporter.scores == [(score_for("r-7"), None)]
+
+
+async def test_whether_a_score_brings_its_trace_follows_what_the_request_recorded_not_todays_rate():
+    exporter = FakeExporter()
+    telemetry = Telemetry(sample_rate=0.0, exporter=exporter)
+    unsampled = await run_request(telemetry, request_id="r-rate-up")
+    telemetry.sampler.set_rate(1.0)
+    sampled = await run_request(telemetry, request_id="r-rate-down")
+    telemetry.sampler.set_rate(0.0)
+
+    telemetry.send_score(score_for("r-rate-up"), trace_exported=unsampled.trace_exported)
+    telemetry.send_score(score_for("r-rate-down"), trace_exported=sampled.trace_exported)
+
+    [(_up, up_trace), (_down, down_trace)] = exporter.scores
+    assert up_trace is not None and up_trace.request_id == "r-rate-up"
+    assert down_trace is None
+    assert [trace.request_id for trace in exporter.traces] == ["r-rate-down"]
 
 
 async def test_a_score_for_an_unsampled_request_elsewhere_uses_the_fallback_summary():
@@ -218,7 +238,7 @@ async def test_a_score_for_an_unsampled_request_elsewhere_uses_the_fallback_summ
         latency_ms=1500,
         usage={"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
     )
-    telemetry.send_score(score_for("r-8"), fallback=fallback)
+    telemetry.send_score(score_for("r-8"), trace_exported=False, fallback=fallback)
     [(_score, trace)] = exporter.scores
     assert trace is fallback
     assert (trace.rebuilt_from, trace.latency_ms, trace.usage) == ("messages", 1500.0, (3, 4, 7))
