@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from concurrency.simulator.testing import free_port
+from tests.daphne_workers import PROJECT_DIR, Worker, poll, redis_key_prefix, running_workers
 
-httpx = pytest.importorskip("httpx")
-redis = pytest.importorskip("redis")
-
-PROJECT_DIR = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/1"
 API_STATUS = "/api/v1/admin/concurrency/status"
 API_SUMMARY = "/api/v1/admin/concurrency/summary"
@@ -31,16 +25,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def redis_prefix() -> Iterator[str]:
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5, socket_timeout=0.5)
-    try:
-        client.ping()
-    except (redis.RedisError, OSError):
-        pytest.skip("Redis does not answer on 127.0.0.1:6379")
-    prefix = f"cc-workers-{uuid.uuid4().hex[:10]}"
-    yield prefix
-    for key in client.scan_iter(f"{prefix}:*"):
-        client.delete(key)
-    client.close()
+    with redis_key_prefix(REDIS_URL, "cc-workers") as prefix:
+        yield prefix
 
 
 @pytest.fixture
@@ -66,78 +52,10 @@ def worker_env(redis_prefix: str) -> Iterator[dict[str, str]]:
         yield env
 
 
-class Worker:
-    def __init__(self, env: dict[str, str], app: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), app]
-        self.process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        self.http = httpx.Client(base_url=self.url, timeout=5.0)
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                if self.http.get("/admin/login/").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"daphne on port {self.port} did not start:\n{self.output()}")
-
-    def login(self) -> None:
-        page = self.http.get("/admin/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-        response = self.http.post(
-            "/admin/login/?next=/admin/",
-            data={"username": "ops", "password": PASSWORD, "csrfmiddlewaretoken": token, "next": "/admin/"},
-        )
-        assert response.status_code == 302, response.text[:500]
-
-    def status_path(self) -> str:
-        return API_STATUS
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")[-4000:]
-
-    def stop(self) -> None:
-        self.http.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        self.log.close()
-
-
 @pytest.fixture
-def two_workers(worker_env: dict[str, str]) -> Iterator[tuple[Worker, Worker]]:
-    app = "chatbot.asgi:application"
-    workers = (Worker(worker_env, app), Worker(worker_env, app))
-    try:
-        for worker in workers:
-            worker.wait_ready()
+def two_workers(worker_env: dict[str, str]) -> Iterator[tuple[Worker, ...]]:
+    with running_workers([worker_env, worker_env]) as workers:
         yield workers
-    finally:
-        for worker in workers:
-            worker.stop()
-
-
-def poll(check, within: float, interval: float = 0.02):
-    deadline = time.monotonic() + within
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            return result
-        time.sleep(interval)
 
 
 def settings_form(settings: dict, csrf: str, **changes) -> dict:
@@ -163,9 +81,9 @@ def settings_form(settings: dict, csrf: str, **changes) -> dict:
 
 def test_a_limit_changed_on_one_worker_reaches_the_other_within_a_second(two_workers) -> None:
     a, b = two_workers
-    a.login()
-    b.login()  # also B's first connection: its live-settings task starts here
-    status_path = b.status_path()
+    a.login("ops", PASSWORD)
+    b.login("ops", PASSWORD)  # also B's first connection: its live-settings task starts here
+    status_path = API_STATUS
 
     # Both workers publish their stats through Redis: each lists the other.
     def both_listed(worker: Worker) -> bool:

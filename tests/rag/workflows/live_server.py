@@ -1,4 +1,9 @@
-"""A real daphne server for end-to-end tests: its own data folder (migrated, indexed) and a staff login."""
+"""Real daphne servers for end-to-end tests: their own data folder (migrated, indexed) and a staff login.
+
+`live_server()` is one worker; `live_servers(2, redis_url=...)` is two workers behind one database and one Redis,
+as the project scales out, each with its own copy of the embedded vector store (local mode lets one process open
+a store).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,18 +25,11 @@ from typing import Any
 
 import httpx
 
-PROJECT_DIR = Path(__file__).resolve().parents[3]
+from tests.daphne_workers import PROJECT_DIR, redis_key_prefix, running_workers
+
 USERNAME = "builder"
 PASSWORD = "a-long-test-password-7"
-ASGI_APP = "chatbot.asgi:application"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+QUESTIONS = ("How do I reset my password?", "如何下載報名表？", "How do I change my email address?", "忘記密碼怎麼辦")
 
 
 def parse_sse(text: str) -> list[dict[str, Any]]:
@@ -43,6 +43,11 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
 
 def started_nodes(events: list[dict[str, Any]]) -> list[str]:
     return [e["node"] for e in events if e["channel"] == "status" and e["stage"] == "start"]
+
+
+def default_shaped(nodes: list[str]) -> bool:
+    """The seed workflow's node sequence, whichever branch the question took (a cache hit is shorter)."""
+    return nodes[:3] == ["guard", "language_normalizer", "cache_lookup"] and nodes[-1] == "telemetry"
 
 
 @dataclass
@@ -94,20 +99,87 @@ class LiveServer:
         return self.log.read().decode("utf-8", "replace")[-4000:]
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One question asked by `Askers`: when it was sent and answered, and what came back."""
+
+    started: float
+    finished: float
+    status: int
+    events: list[dict[str, Any]]
+
+    @property
+    def nodes(self) -> list[str]:
+        return started_nodes(self.events)
+
+    @property
+    def completed(self) -> bool:
+        return self.status == 200 and bool(self.events) and self.events[-1]["channel"] == "meta_summary"
+
+
+class Askers:
+    """Clients asking one question after another on their own threads, recording each outcome."""
+
+    def __init__(self, server: LiveServer, count: int) -> None:
+        self.server = server
+        self.results: list[Outcome] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(count)]
+
+    def _loop(self, index: int) -> None:
+        client = self.server.client()
+        n = index
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                status, events = self.server.ask(client, QUESTIONS[n % len(QUESTIONS)])
+            except BaseException as exc:  # recorded: the test's assertion names it
+                with self._lock:
+                    self.errors.append(exc)
+                return
+            with self._lock:
+                self.results.append(Outcome(started, time.monotonic(), status, events))
+            n += 1
+
+    def __enter__(self) -> Askers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+
+def _server_env(data_dir: str, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chatbot.settings",
+        "DATA_DIR": data_dir,
+        "QDRANT_PATH": str(Path(data_dir) / "qdrant"),
+        "DATABASE_URL": "",  # the servers' own SQLite file, whatever the suite runs against
+        "REDIS_PREFIX": f"workflows-{uuid.uuid4().hex[:10]}",
+        "RAG_RATE_LIMIT_PER_MINUTE": "0",
+        "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+
+
 @contextlib.contextmanager
-def live_server() -> Iterator[LiveServer]:
-    with tempfile.TemporaryDirectory(prefix="workflows-live-") as data_dir:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": data_dir,
-            "QDRANT_PATH": str(Path(data_dir) / "qdrant"),
-            "DATABASE_URL": "",  # the server's own SQLite file, whatever the suite runs against
-            "REDIS_PREFIX": f"workflows-{uuid.uuid4().hex[:10]}",
-            "RAG_RATE_LIMIT_PER_MINUTE": "0",
-            "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-            "PYTHONUNBUFFERED": "1",
-        }
+def live_servers(count: int, *, redis_url: str = "") -> Iterator[list[LiveServer]]:
+    """`count` daphne workers on one migrated database and one index; with `redis_url`, sharing that Redis (its
+    cache and channel layer) under a fresh key prefix, skipped when it does not answer. Each worker opens its own
+    copy of the index."""
+    with contextlib.ExitStack() as stack:
+        data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="workflows-live-"))
+        extra = {"REDIS_URL": redis_url} if redis_url else {}
+        if redis_url:
+            extra["REDIS_PREFIX"] = stack.enter_context(redis_key_prefix(redis_url, "workflows-live"))
+        env = _server_env(data_dir, **extra)
         manage = [sys.executable, str(PROJECT_DIR / "manage.py")]
         for command in (
             ["migrate", "--noinput"],
@@ -115,34 +187,22 @@ def live_server() -> Iterator[LiveServer]:
             ["createsuperuser", "--noinput", "--username", USERNAME, "--email", "b@example.org"],
         ):
             subprocess.run([*manage, *command], cwd=PROJECT_DIR, env=env, check=True, capture_output=True, timeout=120)
-        port = free_port()
-        log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
-        process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), ASGI_APP],
-            cwd=PROJECT_DIR,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        server = LiveServer(url=f"http://127.0.0.1:{port}", env=env, process=process, log=log)
+        envs = [env]
+        for n in range(1, count):
+            copy = str(Path(data_dir) / f"qdrant-{n}")
+            shutil.copytree(env["QDRANT_PATH"], copy)
+            envs.append({**env, "QDRANT_PATH": copy})
+        workers = stack.enter_context(running_workers(envs))
+        servers = [LiveServer(url=w.url, env=w.env, process=w.process, log=w.log) for w in workers]
         try:
-            probe = server.client()
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not start:\n{server.output()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if probe.get("/api/v1/health").status_code == 200:
-                        break
-                time.sleep(0.1)
-            yield server
+            yield servers
         finally:
-            for client in server.clients:
-                client.close()
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-            log.close()
+            for server in servers:
+                for client in server.clients:
+                    client.close()
+
+
+@contextlib.contextmanager
+def live_server() -> Iterator[LiveServer]:
+    with live_servers(1) as (server,):
+        yield server

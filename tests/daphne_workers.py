@@ -1,0 +1,127 @@
+"""Real daphne worker processes for end-to-end tests: started, waited for, read and stopped.
+
+Several workers behind one database and one Redis are how the project scales out; tests that show something
+reaching every worker start them with `running_workers` and keep their Redis keys apart with `redis_key_prefix`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pytest
+
+from concurrency.simulator.testing import free_port
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+ASGI_APP = "chatbot.asgi:application"
+
+T = TypeVar("T")
+
+
+class Worker:
+    """One `daphne` process on a free loopback port, its output kept in a temporary file."""
+
+    def __init__(self, env: dict[str, str], app: str = ASGI_APP) -> None:
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), app]
+        self.process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.http = httpx.Client(base_url=self.url, timeout=5.0)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                if self.http.get("/admin/login/").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        pytest.fail(f"daphne on port {self.port} did not start:\n{self.output()}")
+
+    def login(self, username: str, password: str) -> None:
+        """Through the admin's login form, as a person would (`self.http` then carries the session)."""
+        page = self.http.get("/admin/login/")
+        match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert match, page.text[:300]
+        response = self.http.post(
+            "/admin/login/?next=/admin/",
+            data={"username": username, "password": password, "csrfmiddlewaretoken": match.group(1), "next": "/admin/"},
+        )
+        assert response.status_code == 302, response.text[:500]
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")[-4000:]
+
+    def stop(self) -> None:
+        self.http.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.log.close()
+
+
+@contextlib.contextmanager
+def running_workers(envs: Sequence[dict[str, str]], app: str = ASGI_APP) -> Iterator[tuple[Worker, ...]]:
+    """One worker per environment, all answering before the body runs, all stopped after it."""
+    workers: list[Worker] = []
+    try:
+        for env in envs:
+            workers.append(Worker(env, app))
+        for worker in workers:
+            worker.wait_ready()
+        yield tuple(workers)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+@contextlib.contextmanager
+def redis_key_prefix(url: str, label: str) -> Iterator[str]:
+    """A fresh key prefix on the Redis at `url` (skips the test when it does not answer); its keys are deleted
+    afterwards."""
+    redis = pytest.importorskip("redis")
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError):
+        client.close()
+        pytest.skip("Redis does not answer on 127.0.0.1:6379")
+    prefix = f"{label}-{uuid.uuid4().hex[:10]}"
+    try:
+        yield prefix
+    finally:
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+        client.close()
+
+
+def poll(check: Callable[[], T], within: float, interval: float = 0.02) -> T:
+    """`check()` until it is truthy or `within` seconds passed; its last result either way."""
+    deadline = time.monotonic() + within
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            return result
+        time.sleep(interval)
