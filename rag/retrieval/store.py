@@ -3,7 +3,10 @@
 Each index build is its own collection ``<alias>__<version>`` with a named dense vector ("dense", cosine) and a
 named sparse vector ("bm25", IDF applied by Qdrant). The live name is a Qdrant alias: a reindex fills a new
 collection while searches keep hitting the old one, then one alias operation switches them, so a search sees
-either the old or the new index, never a half-built one.
+either the old or the new index, never a half-built one. The build a switch replaces is kept (behind a second
+alias, ``<alias>_previous``) until the next switch: on a server, a query that resolved the alias just before the
+switch is still running on it, and deleting it under that query made the query fail as "not found", an empty
+answer during the switch. The build before that is deleted at the next switch.
 
 Wraps the sync `QdrantClient`: local mode (``path=``, the embedded default) or a server (``url=``). In local mode
 queries are answered by a `MemoryIndex` (see there why); `engine="qdrant"` forces Qdrant's Query API.
@@ -198,12 +201,21 @@ class VectorStore:
 
     # --- state of the live index -----------------------------------------------------------------------------
 
+    @property
+    def previous_alias(self) -> str:
+        """The alias of the build the last switch replaced (not ``<alias>__*``: that names builds)."""
+        return f"{self.alias}_previous"
+
+    def _aliases(self) -> dict[str, str]:
+        return {alias.alias_name: alias.collection_name for alias in self.client.get_aliases().aliases}
+
     def live_collection(self) -> str | None:
         """The collection the alias points at (None before the first build)."""
-        for alias in self.client.get_aliases().aliases:
-            if alias.alias_name == self.alias:
-                return alias.collection_name
-        return None
+        return self._aliases().get(self.alias)
+
+    def previous_collection(self) -> str | None:
+        """The build the last switch replaced, kept until the next one (None if there is none)."""
+        return self._aliases().get(self.previous_alias)
 
     def builds(self) -> list[str]:
         """Every collection built for this alias, live or not, oldest first."""
@@ -299,32 +311,44 @@ class VectorStore:
                 self.client.upsert(collection, points=structs, wait=True)
 
     def activate(self, collection: str) -> str | None:
-        """Point the alias at `collection` in one operation and delete the build it replaces (returned)."""
+        """Point the alias at `collection` in one operation; returns the build it replaces.
+
+        The replaced build stays, as `previous_collection()`, for queries already running on it; the one it
+        replaced in turn is deleted. Pointing the alias at the live build again (to reload local mode's
+        in-memory copy) changes neither.
+        """
         memory = self._load_memory(collection) if self.use_memory else None
         with self._write_lock:
-            previous = self.live_collection()
+            aliases = self._aliases()
+            previous = aliases.get(self.alias)
+            retired = aliases.get(self.previous_alias)
+            replaced = previous if previous != collection else None
             operations: list[models.AliasOperations] = []
             if previous is not None:
-                operations.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=self.alias)))
-            operations.append(
-                models.CreateAliasOperation(
-                    create_alias=models.CreateAlias(collection_name=collection, alias_name=self.alias)
-                )
-            )
+                operations.append(_delete_alias(self.alias))
+            operations.append(_create_alias(self.alias, collection))
+            if replaced is not None:
+                if retired is not None:
+                    operations.append(_delete_alias(self.previous_alias))
+                operations.append(_create_alias(self.previous_alias, replaced))
             # one request: the server applies the list atomically, so no search finds the alias missing
             self.client.update_collection_aliases(change_aliases_operations=operations)
             if memory is not None:
                 # under the loader's lock: a search lazily loading the old build must not overwrite this one
                 with self._memory_lock:
                     self._memory = (collection, memory)
-            if previous is not None and previous != collection:
-                self.client.delete_collection(previous)
+            if replaced is not None and retired is not None and retired not in (collection, replaced):
+                # two switches old: a query that started on it would have had a whole build's time to finish
+                self.client.delete_collection(retired)
         return previous
 
     def drop(self, collection: str) -> None:
         """Delete a build that was never activated (a failed or cancelled reindex)."""
-        if collection == self.live_collection():
+        aliases = self._aliases()
+        if collection == aliases.get(self.alias):
             raise StoreError(f"{collection!r} is live; activate another build first")
+        if collection == aliases.get(self.previous_alias):
+            raise StoreError(f"{collection!r} is the previous build, kept for queries in flight until the next switch")
         with self._write_lock:
             self.client.delete_collection(collection)
 
@@ -539,6 +563,14 @@ def open_store_from_settings(*, engine: Engine = "auto") -> VectorStore:
         api_key=settings.QDRANT_API_KEY or "",
         engine=engine,
     )
+
+
+def _create_alias(alias: str, collection: str) -> models.AliasOperations:
+    return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
+
+
+def _delete_alias(alias: str) -> models.AliasOperations:
+    return models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
 
 
 def _hit(point: models.ScoredPoint) -> StoreHit:

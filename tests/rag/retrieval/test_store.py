@@ -3,12 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from qdrant_client import models
 
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import build_index, chunk_documents, point_id
 from rag.retrieval.markdown import Document
 from rag.retrieval.sparse import BM25Encoder
-from rag.retrieval.store import SEARCH_MODES, StoreError, StoreLockedError, StorePoint, VectorStore
+from rag.retrieval.store import SEARCH_MODES, SPARSE, StoreError, StoreLockedError, StorePoint, VectorStore
 
 ENCODER = BM25Encoder()
 
@@ -54,14 +55,58 @@ def test_build_writes_payload_metadata_and_alias(
     assert {"chunk_id", "doc_id", "title", "url", "heading", "text", "language"} <= set(payload)
 
 
-def test_reindex_switches_alias_and_drops_old_build(
+def answer_from(store: VectorStore, collection: str, query: str) -> list[str]:
+    """A search on one named build, as a query on a server runs once it has resolved the alias."""
+    sparse = ENCODER.encode_query(query)
+    points = store.client.query_points(
+        collection,
+        query=models.SparseVector(indices=sparse.indices, values=sparse.values),
+        using=SPARSE,
+        limit=3,
+        with_payload=True,
+    ).points
+    return [str((point.payload or {})["doc_id"]) for point in points]
+
+
+def test_a_switch_keeps_the_replaced_build_for_queries_in_flight_until_the_next_switch(
     store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
 ) -> None:
     first = build_index(documents, store, embedder)
-    second = build_index(documents[:2], store, embedder)
+    in_flight = store.live_collection()  # a query resolved the alias, then the switch happens
+    assert in_flight == first.collection
+    before = answer_from(store, in_flight, "報名課程")
+    assert "zh-enrolment" in before
+
+    second = build_index([d for d in documents if d.doc_id != "zh-enrolment"], store, embedder)
     assert second.replaced == first.collection
-    assert store.builds() == [second.collection]
-    assert store.count() == second.chunks
+    assert answer_from(store, in_flight, "報名課程") == before  # the query in flight still gets its answer
+    assert store.previous_collection() == first.collection
+    assert store.builds() == sorted([first.collection, second.collection])
+    with pytest.raises(StoreError, match="previous build"):
+        store.drop(first.collection)
+    # new searches go to the new build only
+    assert store.live_collection() == second.collection and store.count() == second.chunks
+    assert "zh-enrolment" not in ask(store, embedder, "報名課程")
+
+    third = build_index(documents, store, embedder)
+    assert third.replaced == second.collection and store.previous_collection() == second.collection
+    assert store.builds() == sorted([second.collection, third.collection])  # the first is gone
+    with pytest.raises(ValueError, match="not found"):
+        answer_from(store, first.collection, "報名課程")
+
+
+def test_reloading_the_live_build_or_switching_back_keeps_both_builds(
+    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    first = build_index(documents, store, embedder)
+    second = build_index(documents, store, embedder)
+    assert store.activate(second.collection) == second.collection  # what refresh_live does after descriptions
+    assert (store.live_collection(), store.previous_collection()) == (second.collection, first.collection)
+    # an operator rolling back to the previous build: it goes live, nothing is deleted
+    assert store.activate(first.collection) == second.collection
+    assert (store.live_collection(), store.previous_collection()) == (first.collection, second.collection)
+    assert store.builds() == sorted([first.collection, second.collection])
+    assert store.count() == first.chunks
 
 
 def test_search_during_a_build_sees_the_old_complete_index(
