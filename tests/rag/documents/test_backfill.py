@@ -37,10 +37,7 @@ def simulator() -> Iterator[SimulatorProcess]:
         yield sim
 
 
-@pytest.fixture
-async def llm(simulator: SimulatorProcess) -> AsyncIterator[LLMBackend]:
-    await simulator.areset()
-    set_manager(LLMConcurrencyManager({"default": 4, "chat": 4, "responses": 4, "embedding": 4}, acquire_timeout=5.0))
+def sim_backend(simulator: SimulatorProcess, *, max_attempts: int = 1) -> LLMBackend:
     config = LLMConfig(
         base_url=simulator.base_url,
         api_key="test",
@@ -49,8 +46,23 @@ async def llm(simulator: SimulatorProcess) -> AsyncIterator[LLMBackend]:
         between_tokens_timeout=5.0,
         total_timeout=20.0,
     )
-    yield LLMBackend(config, CallPolicyConfig(max_attempts=1, backoff_base=0.01, backoff_max=0.02, jitter=False))
+    policy = CallPolicyConfig(max_attempts=max_attempts, backoff_base=0.01, backoff_max=0.02, jitter=False)
+    return LLMBackend(config, policy)
+
+
+@pytest.fixture
+def manager() -> Iterator[LLMConcurrencyManager]:
+    """The process's concurrency manager for the test: the one every LLM call takes its slot from."""
+    installed = LLMConcurrencyManager({"default": 4, "chat": 4, "responses": 4, "embedding": 4}, acquire_timeout=5.0)
+    set_manager(installed)
+    yield installed
     set_manager(None)
+
+
+@pytest.fixture
+async def llm(simulator: SimulatorProcess, manager: LLMConcurrencyManager) -> AsyncIterator[LLMBackend]:
+    await simulator.areset()
+    yield sim_backend(simulator)
     await aclose_clients()
 
 
@@ -109,6 +121,30 @@ async def test_descriptions_are_stored_searchable_and_a_second_run_resumes(
     third = await backfill(store, embedder, llm)
     assert (third.status, third.updated, third.unchanged) == (JobStatus.SUCCEEDED, 0, indexed)
     assert "nothing to do" in third.log
+
+
+async def test_every_call_takes_a_concurrency_slot_and_a_429_is_retried_not_a_failed_chunk(
+    store: VectorStore,
+    embedder: CountingEmbedder,
+    llm: LLMBackend,
+    manager: LLMConcurrencyManager,
+    simulator: SimulatorProcess,
+    indexed: int,
+) -> None:
+    await simulator.afaults(fail_next=["429"], retry_after=0)
+    job = await backfill(store, embedder, sim_backend(simulator, max_attempts=3), limit=3, parallel=1)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert (job.updated, job.failed) == (3, 0)
+    assert "failed " not in job.log
+    assert len(await sync_to_async(described)()) == 3
+    stats = await simulator.astats()
+    attempts = int(stats["endpoints"]["chat"]["attempts"])
+    assert attempts == 4  # three chunks, one of them asked twice: the call policy retried the 429
+    assert int(stats["completed"]) == 3
+    # each attempt, the retry included, held a slot of the chat backend's limit
+    chat = manager.stats()["backends"]["chat"]
+    assert chat["total_acquired"] == attempts
+    assert chat["total_released"] == attempts and chat["in_progress"] == 0
 
 
 class StopAfter:
