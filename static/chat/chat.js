@@ -4,7 +4,8 @@
 // with createElement/textContent, never innerHTML), and links only through http(s) URLs.
 // Resilience: questions are asked with `on_disconnect: "continue"`, so when the connection drops mid-answer the
 // server finishes the answer and keeps its events; the page reconnects with backoff and asks for the events after
-// the last seq it has (WebSocket `resume`, SSE `Last-Event-ID`). Events are applied once each, by seq.
+// the last seq it has (WebSocket `resume`, SSE `Last-Event-ID`). Events are applied once each, by seq. Leaving
+// the page (close, navigation, reload) is no dropped connection: the answer is cancelled then (`cancelOnLeave`).
 "use strict";
 
 (function () {
@@ -828,6 +829,43 @@
     els.question.focus();
   }
 
+  // --- leaving the page ----------------------------------------------------------------------------------------
+
+  // Answers are asked with `on_disconnect: "continue"` so a dropped connection can resume; a person who closes or
+  // leaves the page will never resume, so the answer is cancelled and its LLM slot freed at once. `pagehide` fires
+  // for a close, a navigation and a reload, never for a network drop. A keepalive fetch outlives the page (a
+  // beacon could not declare the JSON body the cancel endpoint requires); over WebSocket the socket is asked too,
+  // which also reaches an answer whose request id has not arrived yet.
+  function cancelOnLeave() {
+    const run = state.run;
+    if (!run || run.done) return;
+    run.leftPage = true;
+    const socket = state.socket;
+    if (run.transport === "ws" && socket && socket.readyState === WebSocket.OPEN) {
+      const message = { type: "cancel" };
+      if (run.requestId) message.request_id = run.requestId;
+      try {
+        sendOnSocket(socket, message);
+      } catch (_) { /* the keepalive request below still goes */ }
+    }
+    if (!run.requestId) return;
+    try {
+      fetch(`${config.streamPath}${encodeURIComponent(run.requestId)}/cancel`, {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: "{}", credentials: "same-origin",
+        keepalive: true,
+      }).catch(() => {});
+    } catch (_) { /* nothing more can be done from a page that is going away */ }
+  }
+
+  // A page kept in the back/forward cache comes back with its answer cancelled: say so instead of waiting for it.
+  function showCancelledOnReturn(event) {
+    const run = state.run;
+    if (event.persisted && run && run.leftPage && !run.done) {
+      if (run.abort) run.abort.abort();
+      endRun(run, { channel: "error", code: "cancelled" });
+    }
+  }
+
   // --- conversations -----------------------------------------------------------------------------------------
 
   async function loadConversations() {
@@ -955,6 +993,8 @@
 
   els.form.addEventListener("submit", ask);
   els.stop.addEventListener("click", stop);
+  window.addEventListener("pagehide", cancelOnLeave);
+  window.addEventListener("pageshow", showCancelledOnReturn);
   els.newConversation.addEventListener("click", newConversation);
   els.question.addEventListener("input", () => {
     updateCharCount();

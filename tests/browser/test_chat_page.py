@@ -1,7 +1,10 @@
-"""The chat page as a person uses it: asking over WebSocket and SSE, stopping, feedback, reconnecting, safety."""
+"""The chat page as a person uses it: asking over WebSocket and SSE, stopping, leaving, feedback, reconnecting,
+safety."""
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import httpx
@@ -28,6 +31,16 @@ def ask(page: Any, question: str, *, transport: str = "ws") -> Any:
 
 def wait_answered(answer: Any) -> None:
     answer.locator(".sources:not([hidden])").wait_for(timeout=ANSWER_TIMEOUT_MS)
+
+
+def request_id_of(page: Any) -> str:
+    """The request id of the answer being streamed, from the first event the page received."""
+    page.wait_for_function("window.__seqs.length > 0", timeout=ANSWER_TIMEOUT_MS)
+    return page.evaluate("window.__seqs[0][0]")
+
+
+def client_cookie(page: Any) -> dict[str, str]:
+    return {c["name"]: c["value"] for c in page.context.cookies() if c["name"] == "hc_client"}
 
 
 def seqs_of(page: Any) -> list[int]:
@@ -103,6 +116,39 @@ def test_a_cut_connection_resumes_and_the_answer_completes(page: Any, transport:
     assert sorted(seqs) == list(range(1, max(seqs) + 1)) and len(seqs) == len(set(seqs))
     if transport == "ws":
         assert page.evaluate("window.__sockets.length") == 2
+
+
+def resumed_events(chat_server: str, request_id: str, cookies: dict[str, str]) -> list[dict[str, Any]]:
+    """Every event of an answer, replayed by the server from the start, live until its terminal event."""
+    url = f"{chat_server}/api/v1/rag/ask/stream/{request_id}"
+    events = []
+    with httpx.stream("GET", url, params={"last_event_id": "0"}, cookies=cookies, timeout=10) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line.removeprefix("data: ")))
+    return events
+
+
+@pytest.mark.parametrize(("transport", "leave"), [("ws", "close"), ("sse", "close"), ("ws", "navigate")])
+def test_leaving_the_page_cancels_the_answer(page: Any, chat_server: str, transport: str, leave: str) -> None:
+    # The page asks with on_disconnect "continue" (so a dropped connection can resume); a person who closes the
+    # tab or goes elsewhere will never come back for the answer, so it must stop and free its LLM slot.
+    answer = ask(page, QUESTION, transport=transport)
+    answer.locator(".answer p").first.wait_for()
+    request_id, cookies = request_id_of(page), client_cookie(page)
+    left = time.monotonic()
+    if leave == "close":
+        page.close(run_before_unload=True)
+    else:
+        page.goto("about:blank")
+    events = resumed_events(chat_server, request_id, cookies)
+    ended_after = time.monotonic() - left
+
+    terminal = events[-1]
+    assert (terminal["channel"], terminal.get("code")) == ("error", "cancelled"), terminal
+    assert ended_after < 2.0, f"the answer ended {ended_after:.1f} s after the page was left"
+    assert not any(event["channel"] == "meta_summary" for event in events)
 
 
 NOTICE_WATCH = """(notice) => {

@@ -21,6 +21,8 @@ from channels.layers import DEFAULT_CHANNEL_LAYER, BaseChannelLayer, InMemoryCha
 from channels.testing import ApplicationCommunicator
 
 from chatbot import cancel, replay
+from chatbot.models import Message
+from chatbot.streaming import pending_records
 from tests.chatbot.helpers import (
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
@@ -165,6 +167,34 @@ async def test_sse_cancel_reaches_an_answer_running_in_another_worker(
     await asyncio.sleep(0.05)  # the listener leaves the group right after the terminal event
     assert cancel.run_group(request_id) not in layer.groups
     assert_not_found(await cancel_request(request_id, cookie), request_id)
+
+
+async def test_a_cancel_after_the_connection_closed_stops_a_continue_answer(
+    slow_answers: None, opened_exchanges: list, act_as: ActAs, in_memory_workers: tuple
+) -> None:
+    # The chat page closing: its SSE connection goes away (a `continue` answer keeps running for a resume that
+    # will never come), and the cancel it sent on the way out lands on any worker a moment later.
+    runner, other, _layer = in_memory_workers
+    act_as(runner)
+    cookie = client_cookie()
+    communicator, request_id = await sse_until_answer(cookie)
+    await communicator.send_input({"type": "http.disconnect"})
+    await communicator.wait(timeout=1)
+    run = opened_exchanges[0].run
+    await run.wait(0.2)
+    assert not run.done, "a `continue` answer outlives its connection"
+
+    act_as(other)
+    cancelled_at = asyncio.get_running_loop().time()
+    cancelled = await cancel_request(request_id, cookie)
+    assert cancelled.status == 202, cancelled.body
+    await run.wait(1.0)
+    assert run.terminal is not None and run.terminal["code"] == "cancelled"
+    assert asyncio.get_running_loop().time() - cancelled_at < 1.0
+
+    await pending_records()
+    assistant = await Message.objects.aget(request_id=request_id, role="assistant")
+    assert assistant.status == "cancelled"
 
 
 async def test_a_finished_answer_leaves_its_group_and_cannot_be_cancelled(
