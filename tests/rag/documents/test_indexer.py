@@ -167,10 +167,13 @@ def _shared_corpus(root: Path, names: list[str], marker: str = "") -> list[Docum
 
 @pytest.mark.parametrize("engine", ["memory", "qdrant"])
 def test_searches_during_a_reindex_see_the_old_or_the_new_index_never_a_mix(tmp_path: Path, engine: str) -> None:
+    building = threading.Event()  # the new build is being written: set from inside it, by its embedder
+    switching = threading.Event()  # the build is complete and the alias is about to move
     slow = CountingEmbedder()
     inner = slow.embed_documents
 
     def embed_slowly(texts: Any) -> list[list[float]]:
+        building.set()
         time.sleep(0.01)
         return inner(texts)
 
@@ -179,19 +182,31 @@ def test_searches_during_a_reindex_see_the_old_or_the_new_index_never_a_mix(tmp_
     new_docs = _shared_corpus(tmp_path / "new", ["a", "b", "g", "h"], marker="revised")
     keep = {"c", "d"}  # unchanged: copied
     with VectorStore.open("helpcentre", path=tmp_path / "qdrant", engine=engine) as store:  # type: ignore[arg-type]
-        reindex(store, slow, embed=old_docs)
+        reindex(store, CountingEmbedder(), embed=old_docs)  # the same vector space, without the flag
+        activate = store.activate
+
+        def activate_once_marked(collection: str) -> str | None:
+            switching.set()
+            return activate(collection)
+
+        store.activate = activate_once_marked  # type: ignore[method-assign]
         old_set = frozenset(d.doc_id for d in old_docs)
         new_set = frozenset({"a", "b", "g", "h"} | keep)
         query = ENCODER.encode_query("zebra")
         seen: list[frozenset[str]] = []
+        during_build: list[frozenset[str]] = []  # searches that started and ended while the build was written
         errors: list[BaseException] = []
         done = threading.Event()
 
         def search() -> None:
             try:
                 while not done.is_set():
+                    started_during = building.is_set() and not switching.is_set()
                     hits = store.search(None, query, limit=100)
-                    seen.append(frozenset(h.payload["doc_id"] for h in hits))
+                    found = frozenset(h.payload["doc_id"] for h in hits)
+                    seen.append(found)
+                    if started_during and not switching.is_set():
+                        during_build.append(found)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -207,7 +222,9 @@ def test_searches_during_a_reindex_see_the_old_or_the_new_index_never_a_mix(tmp_
         assert not errors, errors
         assert set(seen) <= {old_set, new_set}, set(seen) - {old_set, new_set}
         assert seen[0] == old_set and seen[-1] == new_set
-        assert len(seen) > 10  # the searches really ran during the build
+        # the searches really ran while the build was half written, and saw the old index whole
+        assert len(during_build) >= 5, len(during_build)
+        assert set(during_build) == {old_set}
 
 
 def test_descriptions_become_searchable_text_of_their_chunk(
