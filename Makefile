@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test setup install lint format bench clean
+.PHONY: run test setup install lint format bench screenshots clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ format: install
 
 bench: setup
 	$(BIN)/python scripts/bench_engine.py
+
+# The browser tests that take the screenshots in docs/screenshots/ (a plain test run keeps them in a temp folder).
+screenshots: install
+	UPDATE_SCREENSHOTS=1 $(BIN)/pytest tests/browser/test_chat_page.py::test_screenshots \
+		tests/browser/test_graph_builder.py -p no:cacheprovider -q
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

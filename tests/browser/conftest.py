@@ -4,6 +4,9 @@ The server runs in a subprocess with a data folder of its own (migrated and inde
 plus one document full of HTML that must never run, and answer deltas slowed down (`tests.browser.slow_asgi`)
 so a test can stop or cut an answer while it streams. Only the system Chromium is used; when it is missing,
 every test here is skipped with a message saying how to get it.
+
+Screenshots go to the test's own temporary folder, so a test run leaves the checkout as it was; with
+`UPDATE_SCREENSHOTS=1` (`make screenshots`) they replace the ones in docs/screenshots/.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ CHROMIUM_ARGS = [
 ]
 # Seconds between answer deltas on the test server: an answer takes a few seconds, long enough to act mid-way.
 ANSWER_DELAY = "0.06"
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
 
 # A document whose text is HTML and script: the page must show it as text and run none of it.
 INJECTION_DOC = """---
@@ -87,6 +90,15 @@ def _server_answers(url: str) -> bool:
         return httpx.get(url + "/api/v1/health", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@pytest.fixture
+def screenshot_dir(tmp_path: Path) -> Path:
+    """Where a test saves its screenshots: docs/screenshots/ only when UPDATE_SCREENSHOTS=1."""
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        return DOCS_SCREENSHOTS
+    return tmp_path
 
 
 @pytest.fixture(scope="session")

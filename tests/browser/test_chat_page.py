@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-
-from tests.browser.conftest import SCREENSHOTS
 
 pytestmark = pytest.mark.browser
 
@@ -234,7 +233,9 @@ def test_language_switch_and_history(page: Any) -> None:
     ("language", "width", "height"),
     [("en", 1280, 800), ("zh-hant", 1280, 800), ("en", 390, 844), ("zh-hant", 390, 844)],
 )
-def test_screenshots(chromium: Any, chat_server: str, language: str, width: int, height: int) -> None:
+def test_screenshots(
+    chromium: Any, chat_server: str, screenshot_dir: Path, language: str, width: int, height: int
+) -> None:
     context = chromium.new_context(
         viewport={"width": width, "height": height},
         locale="zh-TW" if language == "zh-hant" else "en-US",
@@ -247,10 +248,11 @@ def test_screenshots(chromium: Any, chat_server: str, language: str, width: int,
     page.press("#question", "Enter")
     wait_answered(page.locator("li.message.assistant").last)
     page.locator("#question").blur()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     device = "desktop" if width >= 600 else "phone"
-    page.screenshot(path=str(SCREENSHOTS / f"chat-{device}-{language}.png"))
+    path = screenshot_dir / f"chat-{device}-{language}.png"
+    page.screenshot(path=str(path))
     context.close()
+    assert path.stat().st_size > 0
 
 
 MARKDOWN = """# Steps

@@ -1,7 +1,8 @@
 """The graph builder in a real browser: build a small workflow on the canvas, validate, save, test-run, publish.
 
 Runs headless Chromium (the system's /usr/bin/chromium, never a downloaded one) against a real daphne server
-with its own database and index, and leaves a screenshot in docs/screenshots/graph_builder.png.
+with its own database and index, and takes screenshots (docs/screenshots/graph_builder*.png when
+UPDATE_SCREENSHOTS=1, see `screenshot_dir`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ LAUNCH_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "graph_builder.png"
 BUILT_NODES = ["guard", "language_normalizer", "planner", "query_builder", "tool_executor", "response_synth"]
 
 pytestmark = [
@@ -98,7 +98,7 @@ def connect_with_keyboard(page: Any, source: str, route: str, target: str) -> No
     page.locator(f'#gb-inspector select[data-route="{route}"]').select_option(target)
 
 
-def test_build_validate_save_test_run_and_publish(page: Any, server: LiveServer) -> None:
+def test_build_validate_save_test_run_and_publish(page: Any, server: LiveServer, screenshot_dir: Path) -> None:
     page.once("dialog", lambda dialog: dialog.accept("small pipeline"))
     page.click("#gb-new")
     expect(page.locator("#gb-draft-state")).to_contain_text("v1")
@@ -169,10 +169,9 @@ def test_build_validate_save_test_run_and_publish(page: Any, server: LiveServer)
     expect(page.locator("#gb-messages")).to_contain_text("Published small pipeline v2 on chat")
     expect(page.locator("#gb-draft-state")).to_contain_text("serving chat")
 
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.locator("#gb-messages").evaluate("el => el.replaceChildren()")
     page.locator("#gb-palette").evaluate("el => { el.scrollTop = 0; }")
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.screenshot(path=str(screenshot_dir / "graph_builder.png"), full_page=True)
 
     # And the chat backend of the running server now runs what was built.
     status, events = server.ask(server.client(), "How do I reset my password?")
@@ -180,11 +179,13 @@ def test_build_validate_save_test_run_and_publish(page: Any, server: LiveServer)
     assert started_nodes(events) == BUILT_NODES
 
 
-def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restores(page: Any) -> None:
+def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restores(
+    page: Any, screenshot_dir: Path
+) -> None:
     expect(page.locator("#gb-draft-state")).to_have_text("read-only")
     expect(page.locator("#gb-save")).to_be_disabled()
     expect(node(page, "cache_lookup")).to_be_visible()
-    page.screenshot(path=str(SCREENSHOT.with_name("graph_builder_default.png")), full_page=False)
+    page.screenshot(path=str(screenshot_dir / "graph_builder_default.png"), full_page=False)
 
     page.once("dialog", lambda dialog: dialog.accept("without cache lookup"))
     page.click("#gb-copy")
@@ -202,7 +203,7 @@ def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restore
     expect(page.locator("#gb-messages")).to_contain_text("Saved without cache lookup v2 with")
     page.click("#gb-publish")
     expect(page.locator("#gb-messages")).to_contain_text("Not published")
-    page.screenshot(path=str(SCREENSHOT.with_name("graph_builder_problems.png")), full_page=False)
+    page.screenshot(path=str(screenshot_dir / "graph_builder_problems.png"), full_page=False)
 
     # Restore v1 from the versions tab: the exact graph comes back, and with it a valid workflow.
     page.click("#gb-tab-versions")
