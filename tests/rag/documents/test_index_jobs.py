@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from django.utils import timezone
 from rag.documents.hooks import on_documents_reindexed
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import Chunk, Document, DocumentStatus, IndexJob, JobStatus
-from rag.documents.services import index_job_create, job_cancel, job_claim
+from rag.documents.services import JobTracker, index_job_create, job_cancel, job_claim
 from rag.retrieval.store import VectorStore
 from tests.rag.documents.conftest import CORPUS, CountingEmbedder, doc_ids_of
 
@@ -128,9 +130,40 @@ def test_cancel_mid_job_leaves_the_live_index_and_the_rows_as_they_were(
         return inner(texts)
 
     embedder.embed_documents = cancel_on_first_batch  # type: ignore[method-assign]
+    # the build is one batch here: the cancel is caught by the last check, before the switch
     job = index_job_execute(job=job, store=store, embedder=embedder)
     assert job.status == JobStatus.CANCELLED
     assert "live index is unchanged" in job.error
+    assert store.live_collection() == live and store.builds() == [live]
+    assert doc_ids_of(store) == ids
+    assert rows() == before_rows and chunk_rows() == before_chunks
+
+
+def test_cancel_between_batches_stops_the_build_before_the_next_batch(
+    store: VectorStore, embedder: CountingEmbedder, corpus: Path
+) -> None:
+    run_job(store, embedder)
+    live, ids, before_rows, before_chunks = store.live_collection(), doc_ids_of(store), rows(), chunk_rows()
+    for name, text in CORPUS.items():
+        (corpus / name).write_text(text + "\n更新的內容。\n")
+    embedder.reset()
+    embedder.batch_size = 1  # type: ignore[attr-defined]  # one chunk per batch, each followed by a cancel check
+    # the tracker reads cancel_requested with its progress writes, at most once per interval
+    interval = inspect.signature(JobTracker).parameters["interval"].default
+    job = index_job_create()
+    assert job_claim(job=job, runner="test:1", store_owner=True)
+    inner = embedder.embed_documents
+
+    def cancel_during_first_batch(texts: Any) -> Any:
+        job_cancel(job=job)
+        time.sleep(interval + 0.05)  # so the progress write after this batch is due, and reads the cancel
+        return inner(texts)
+
+    embedder.embed_documents = cancel_during_first_batch  # type: ignore[method-assign]
+    job = index_job_execute(job=job, store=store, embedder=embedder)
+    assert job.status == JobStatus.CANCELLED
+    # stopped after the first batch, not at the check before the switch with everything embedded
+    assert (embedder.calls, job.progress_done) == (1, 1) and job.progress_total >= len(CORPUS)
     assert store.live_collection() == live and store.builds() == [live]
     assert doc_ids_of(store) == ids
     assert rows() == before_rows and chunk_rows() == before_chunks
