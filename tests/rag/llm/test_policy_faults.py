@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from concurrency.simulator.testing import SimulatorProcess, free_port
 from rag.errors import Busy, UpstreamError, UpstreamTimeout
 from rag.llm import LLMBackend, LLMDelta
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, wait_idle
@@ -145,6 +147,71 @@ async def test_stall_mid_stream_times_out_on_the_gap_without_retry(
         await stream_all(make_backend(between_tokens_timeout=0.5))
     assert time.monotonic() - started < 1.5
     assert attempts.outcomes == ["stalled"] and await upstream_attempts(sim) == 1
+
+
+@pytest.mark.parametrize("operation", ["stream", "complete"])
+async def test_the_whole_call_deadline_ends_a_call_that_keeps_within_its_other_timeouts(
+    operation: str, make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    # Streamed: two tokens, then 30 s of silence, well inside the 10 s gap budget. Not streamed: no answer at all.
+    await sim.afaults(fail_next=["stall:2:30" if operation == "stream" else "hang"])
+    backend = make_backend(first_token_timeout=10.0, between_tokens_timeout=10.0, total_timeout=1.5)
+    started = time.monotonic()
+    with pytest.raises(UpstreamTimeout, match="did not finish in time") as info:
+        if operation == "stream":
+            await stream_all(backend)
+        else:
+            await backend.complete(backend="chat", node="n", messages=USER)
+    elapsed = time.monotonic() - started
+    assert 1.5 <= elapsed < 2.5
+    assert info.value.code == "timeout"
+    assert attempts.outcomes == ["deadline"] and await upstream_attempts(sim) == 1
+    assert (await wait_idle(sim))["aborted"] == 1  # the abandoned request was closed upstream
+
+
+async def test_connection_refused_is_retried_then_one_upstream_error(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # bound and released: nothing listens there
+    with pytest.raises(UpstreamError, match="connection error, 3 attempt") as info:
+        await stream_all(make_backend(base_url=closed, max_attempts=3))
+    assert info.value.code == "upstream_error"
+    assert attempts.outcomes == ["connection"] * 3
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A port whose listener never accepts and whose accept queue is full: the kernel drops new SYNs, so a
+    connect there hangs until the client's connect timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        fillers = []
+        try:
+            for _ in range(4):
+                filler = socket.socket()
+                filler.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+                fillers.append(filler)
+            time.sleep(0.05)  # let the handshakes that fit in the queue complete
+            yield port
+        finally:
+            for filler in fillers:
+                filler.close()
+
+
+async def test_a_connect_timeout_is_retried_then_one_timeout(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog, unanswered_port: int
+) -> None:
+    backend = make_backend(base_url=f"http://127.0.0.1:{unanswered_port}/v1", connect_timeout=0.3, max_attempts=2)
+    started = time.monotonic()
+    with pytest.raises(UpstreamTimeout, match="request timed out, 2 attempt") as info:
+        await stream_all(backend)
+    assert info.value.code == "timeout"
+    assert attempts.outcomes == ["timeout", "timeout"]
+    assert 0.6 <= time.monotonic() - started < 3.0  # two connect timeouts, not the 5 s first-token budget
 
 
 async def test_slot_is_released_while_sleeping_between_attempts(

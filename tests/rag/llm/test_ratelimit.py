@@ -10,7 +10,7 @@ import pytest
 from concurrency.simulator.testing import SimulatorProcess
 from rag.errors import Busy
 from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
-from tests.rag.llm.conftest import USER, BackendFactory
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory
 
 
 class FakeTime:
@@ -109,3 +109,19 @@ async def test_policy_waits_for_the_window_and_busy_past_the_deadline(
         await slow_window.complete(backend="chat", node="n", messages=USER)
     assert info.value.retry_after == pytest.approx(30.0, abs=1.0)
     assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 4
+
+
+async def test_retries_count_against_the_window(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    backend = make_backend(rpm={"chat": 2}, rpm_window=1.0, total_timeout=5.0)
+    started = time.monotonic()
+    await backend.complete(backend="chat", node="n", messages=USER)
+    await sim.afaults(fail_next=["500"])
+    # The failed attempt takes the window's second spot, so its retry (backoff 10 ms) must wait for the first
+    # spot to leave the window: upstream counts retries as requests too.
+    result = await backend.complete(backend="chat", node="n", messages=USER)
+    assert result.text
+    assert time.monotonic() - started >= 1.0
+    assert attempts.outcomes == ["ok", "status", "ok"]
+    assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 3
