@@ -14,7 +14,7 @@ from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.response_synth import ResponseSynth
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
 from tests.rag.llm.conftest import AttemptLog, BackendFactory
-from tests.rag.nodes.support import answer_text, drain, make_state, make_writer
+from tests.rag.nodes.support import answer_text, drain, history, make_state, make_writer
 
 CONFIG = PipelineConfig(stream_chunk_chars=5, forms_base_url="/forms/", forms_export_url="/api/forms.csv")
 
@@ -79,6 +79,31 @@ async def test_answer_is_streamed_with_reasoning_cited_sources_and_usage(
     assert "The user asked about logging in." in system and "Reply language: en" in system
     assert answer_request["stream"] is True
     assert "conversation" in str(summary_request).lower()
+
+
+@pytest.mark.parametrize("backend", ["chat", "responses"])
+async def test_earlier_turns_go_between_the_instructions_and_the_question_in_order(
+    backend: str, make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    earlier = history(
+        ("user", "Where do I log in?"),
+        ("assistant", "Use the Log in button at the top right [1]."),
+        ("user", "It says my password is wrong."),
+        ("assistant", "Check that Caps Lock is off, then try again."),
+    )
+    state = faq_state(backend=backend, history=earlier)
+    await synth(make_backend(), prompts).run(state, make_writer()[0])
+
+    answer_request = (await sim.arequests())[0]["body"]
+    turns = [{"role": turn.role, "content": turn.content} for turn in earlier]
+    if backend == "chat":
+        [system, *middle, question] = answer_request["messages"]
+        assert system["role"] == "system" and "Reply language: en" in system["content"]
+    else:  # the Responses API carries the system prompt as `instructions`, the conversation as `input`
+        assert "Reply language: en" in answer_request["instructions"]
+        [*middle, question] = answer_request["input"]
+    assert middle == turns
+    assert question["role"] == "user" and "How do I reset my password?" in question["content"]
 
 
 async def test_only_cited_forms_become_sources_and_attachments(
