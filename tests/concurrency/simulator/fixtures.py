@@ -2,11 +2,13 @@
 (``from tests.concurrency.simulator.fixtures import simulator, simulator_factory, shared_simulator``).
 
 ``simulator_factory(**flags)`` starts extra simulators (stopped at session end); ``simulator`` is a shared
-fast one reset before each test; ``llm_client`` is a strict, no-retry ``openai.AsyncOpenAI`` pointed at it.
+fast one reset before each test and checked idle after it; ``llm_client`` is a strict, no-retry
+``openai.AsyncOpenAI`` pointed at it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -24,6 +26,21 @@ SimulatorFactory = Callable[..., SimulatorProcess]
 def make_client(base_url: str, **kwargs: Any) -> openai.AsyncOpenAI:
     """The real SDK, no retries, and strict response validation so a wrong field shape fails the test."""
     return openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, _strict_response_validation=True, **kwargs)
+
+
+def wait_idle_blocking(sim: SimulatorProcess, within: float = 1.0) -> dict[str, Any]:
+    """The simulator's stats once nothing runs or waits; fails if that takes longer than ``within``.
+
+    For sync code (a fixture's teardown, a sync test); async tests have tests.rag.llm.conftest.wait_idle.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        stats = sim.stats()
+        if stats["running"] == 0 and stats["waiting"] == 0:
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"simulator still busy after {within} s: {stats}")
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="session")
@@ -47,10 +64,12 @@ def shared_simulator(simulator_factory: SimulatorFactory) -> SimulatorProcess:
 
 
 @pytest.fixture
-def simulator(shared_simulator: SimulatorProcess) -> SimulatorProcess:
+def simulator(shared_simulator: SimulatorProcess) -> Iterator[SimulatorProcess]:
     """The session's fast simulator with counters and faults reset for this test."""
     shared_simulator.reset()
-    return shared_simulator
+    yield shared_simulator
+    # Every test must leave no request running upstream (a leaked stream is a leaked GPU sequence).
+    wait_idle_blocking(shared_simulator)
 
 
 @pytest.fixture
