@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +21,10 @@ from django.core.management import CommandError, call_command
 
 from chatbot.management.commands import ask as ask_command
 from chatbot.models import Message
+from concurrency.simulator.testing import SimulatorProcess
 from rag.retrieval.store import StoreLockedError
+from tests.concurrency.simulator.fixtures import wait_idle_blocking
+from tests.rag.pipeline.conftest import pipeline_simulator  # noqa: F401 - fixture, used by name
 
 ROOT = Path(__file__).resolve().parents[2]
 CLOSED_PORT_URL = "http://127.0.0.1:9"  # discard port: nothing of ours answers there
@@ -65,6 +69,35 @@ def test_plain_mode_prints_the_answer_sources_and_how_to_continue() -> None:
     summary = json_lines(follow_up)[-1]
     assert summary["conversation_id"] == conversation_id
     assert summary["intent"] == "conversation_followup"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_llm_base_url_the_command_answers_through_the_simulator(
+    pipeline_simulator: SimulatorProcess,  # noqa: F811
+    settings: Any,
+) -> None:
+    pipeline_simulator.reset()
+    settings.LLM_BASE_URL = pipeline_simulator.base_url
+    settings.LLM_API_KEY = "test"
+    from rag.wiring import reset_runtime
+
+    reset_runtime()  # the runtime of earlier tests was built offline; the command builds it from these settings
+    output, _ = run_ask("How do I reset my password?", "--json", "--via", "local")
+
+    events = json_lines(output)
+    summary = events[-1]
+    assert summary["channel"] == "meta_summary" and summary["backend"] == "chat"
+    [plan] = [e for e in events if e.get("stage") == "plan"]
+    assert plan["plan_source"] == "llm"
+    assert [e["call"] for e in events if e["channel"] == "meta"] == ["plan", "answer", "summary"]
+    usages = [e["usage"] for e in events if e["channel"] == "meta"]
+    assert summary["usage"] == {k: sum(u[k] for u in usages) for k in ("input_tokens", "output_tokens", "total_tokens")}
+    assert all(u["input_tokens"] > 0 and u["output_tokens"] > 0 for u in usages)
+    # The answer is the simulator's (it cites the numbered sources it was given), not the offline extract.
+    assert "".join(e["delta"] for e in events if e["channel"] == "answer").startswith("Summary:")
+    stats = wait_idle_blocking(pipeline_simulator)
+    assert stats["attempts"] == stats["completed"] == 3 and stats["running"] == 0
+    assert Message.objects.filter(role="assistant", status="ok").count() == 1
 
 
 def test_the_client_id_is_kept_in_the_data_dir(tmp_path: Path) -> None:

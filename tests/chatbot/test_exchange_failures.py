@@ -7,7 +7,7 @@ import pytest
 from chatbot import streaming
 from chatbot.models import Message
 from concurrency.simulator.testing import SimulatorProcess
-from tests.rag.llm.conftest import attempts, manager  # noqa: F401 - fixtures, used by name
+from tests.rag.llm.conftest import AttemptLog, attempts, manager  # noqa: F401 - fixtures, used by name
 from tests.rag.pipeline.conftest import (  # noqa: F401 - fixtures, used by name
     RuntimeFactory,
     demo_retriever,
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def test_a_drop_mid_answer_records_the_partial_answer_as_failed(
     make_runtime: RuntimeFactory,  # noqa: F811
     sim: SimulatorProcess,  # noqa: F811
+    attempts: AttemptLog,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(streaming, "get_runtime", lambda: runtime)
@@ -41,3 +42,7 @@ async def test_a_drop_mid_answer_records_the_partial_answer_as_failed(
     answer = await Message.objects.aget(request_id=exchange.request_id, role=Message.Role.ASSISTANT)
     assert (answer.status, answer.error_code, answer.content) == ("failed", "upstream_error", seen)
     assert await Message.objects.filter(request_id=exchange.request_id).acount() == 2  # question + answer, once
+    # The user saw part of the answer, so the dropped stream is not retried (a retry would start it over).
+    assert attempts.outcomes == ["ok", "failed_mid_stream"]
+    stats = await sim.astats()
+    assert stats["endpoints"]["chat"]["attempts"] == 2 and stats["dropped"] == 1
