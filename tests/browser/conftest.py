@@ -11,6 +11,7 @@ Screenshots go to the test's own temporary folder, so a test run leaves the chec
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -26,6 +27,7 @@ import pytest
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[2]
+MANAGE = [sys.executable, str(ROOT / "manage.py")]
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -102,7 +104,8 @@ def screenshot_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def chat_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def chat_server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The test server's environment: a data folder of its own, migrated and indexed."""
     data_dir = tmp_path_factory.mktemp("browser-server")
     corpus = data_dir / "corpus"
     shutil.copytree(settings.CORPUS_DIR, corpus)
@@ -117,9 +120,38 @@ def chat_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "REDIS_URL": "",  # one worker: streams are kept in its memory
         "HC_TEST_ANSWER_DELAY": ANSWER_DELAY,
     }
-    manage = [sys.executable, str(ROOT / "manage.py")]
     for command in (["migrate", "--noinput"], ["reindex"]):
-        subprocess.run([*manage, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run([*MANAGE, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    return env
+
+
+# What `server_query` prints before its JSON, so nothing else Django writes to stdout is taken for it.
+QUERY_MARK = "@@query@@ "
+
+
+def server_query(env: dict[str, str], code: str) -> Any:
+    """Run `code` (Python that sets `result`) in a Django shell on the test server's database; returns `result`.
+
+    The server's own ORM, read from another process: what it stored, not what the page says it did.
+    """
+    program = f"import json\n{code}\nprint({QUERY_MARK!r} + json.dumps(result, default=str))"
+    done = subprocess.run(
+        [*MANAGE, "shell", "--no-imports", "-c", program],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    line = next(line for line in done.stdout.splitlines() if line.startswith(QUERY_MARK))
+    return json.loads(line.removeprefix(QUERY_MARK))
+
+
+@pytest.fixture(scope="session")
+def chat_server(chat_server_env: dict[str, str]) -> Iterator[str]:
+    env = chat_server_env
+    data_dir = Path(env["DATA_DIR"])
     port = _free_port()
     log = (data_dir / "daphne.log").open("wb")
     server = subprocess.Popen(

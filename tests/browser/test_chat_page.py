@@ -1,5 +1,5 @@
 """The chat page as a person uses it: asking over WebSocket and SSE, stopping, leaving, feedback, reconnecting,
-safety."""
+errors, a phone, safety."""
 
 from __future__ import annotations
 
@@ -11,10 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser.conftest import server_query
+
 pytestmark = pytest.mark.browser
 
 ANSWER_TIMEOUT_MS = 30_000
 QUESTION = "How do I reset my password?"
+# The chat backend's SSE endpoint, the page's default backend.
+STREAM_CHAT = "**/api/v1/rag/ask/stream_chat"
 
 
 def ask(page: Any, question: str, *, transport: str = "ws") -> Any:
@@ -174,18 +178,33 @@ def test_offline_and_back_resumes_over_websocket(page: Any) -> None:
     assert sorted(seqs) == list(range(1, max(seqs) + 1)) and len(seqs) == len(set(seqs))
 
 
-def test_feedback_with_a_comment(page: Any, chat_server: str) -> None:
-    probe = httpx.post(chat_server + "/api/v1/rag/feedback", json={}, timeout=5)
-    if probe.status_code in (404, 405):
-        pytest.xfail("POST /api/v1/rag/feedback is not served yet")
+STORED_FEEDBACK = """
+from chatbot.models import Feedback
+result = list(Feedback.objects.filter(request_id={request_id!r}).values("kind", "score", "comment", "client_id"))
+"""
+
+
+def test_feedback_thumbs_and_a_comment_are_stored(page: Any, chat_server_env: dict[str, str]) -> None:
     answer = ask(page, QUESTION)
     wait_answered(answer)
+    request_id = request_id_of(page)
     answer.locator(".thumb-up").click()
     answer.locator(".feedback-status", has_text="Thank you").wait_for()
     assert answer.locator(".thumb-up").get_attribute("aria-pressed") == "true"
-    answer.locator(".feedback-form textarea").fill("Clear steps, thanks")
+    # Changing one's mind: thumbs down with a comment replaces the first verdict.
+    answer.locator(".thumb-down").click()
+    assert answer.locator(".thumb-down").get_attribute("aria-pressed") == "true"
+    assert answer.locator(".thumb-up").get_attribute("aria-pressed") == "false"
+    answer.locator(".feedback-status", has_text="Thank you").wait_for()
+    answer.locator(".feedback-form textarea").fill("The steps skip the e-mail check")
     answer.locator(".feedback-form button").click()
     answer.locator(".feedback-status", has_text="Comment received").wait_for()
+
+    stored = server_query(chat_server_env, STORED_FEEDBACK.format(request_id=request_id))
+    client_id = "anon:" + client_cookie(page)["hc_client"]
+    assert stored == [
+        {"kind": "thumbs", "score": 0, "comment": "The steps skip the e-mail check", "client_id": client_id}
+    ]
 
 
 def test_html_in_a_document_is_shown_as_text_and_never_runs(page: Any) -> None:
@@ -227,6 +246,146 @@ def test_language_switch_and_history(page: Any) -> None:
     page.locator("li.message.assistant .source-list").first.wait_for()
     assert page.evaluate("document.activeElement.id") == "messages-title"
     assert page.locator("li.message.user").first.inner_text().endswith(QUESTION)
+
+
+BUSY_BODY = {
+    "error": {
+        "code": "busy",
+        "message": "too many questions; try again in 2 s",
+        "retry_after": 2,
+        "request_id": "busybusy0001",
+    }
+}
+
+
+def test_busy_shows_a_countdown_from_retry_after_then_the_retry_answers(page: Any) -> None:
+    # The server's refusal when it is full (429 + Retry-After, the JSON error body of the SSE endpoint) for the
+    # first question; the retry goes through to the real server.
+    asked: list[str] = []
+
+    def refuse_first(route: Any) -> None:
+        asked.append(route.request.method)
+        if len(asked) > 1:
+            route.fallback()
+            return
+        headers = {"Content-Type": "application/json", "Retry-After": "2", "X-Request-Id": "busybusy0001"}
+        route.fulfill(status=429, headers=headers, body=json.dumps(BUSY_BODY))
+
+    page.route(STREAM_CHAT, refuse_first)
+    answer = ask(page, QUESTION, transport="sse")
+    error, retry, countdown = (answer.locator(s) for s in (".error-box", ".retry-button", ".countdown"))
+    error.wait_for(timeout=5_000)
+    refused = time.monotonic()
+    assert "The service is busy right now." in error.inner_text()
+    assert retry.is_disabled()
+    # The countdown starts from Retry-After and counts down each second; then the retry button comes back.
+    countdown.filter(has_text="You can retry in 2 s").wait_for(timeout=1_000)
+    countdown.filter(has_text="You can retry in 1 s").wait_for(timeout=2_500)
+    assert retry.is_disabled()
+    page.wait_for_function("!document.querySelector('.retry-button').disabled", timeout=2_500)
+    assert time.monotonic() - refused >= 1.5, "the retry came back before Retry-After had passed"
+    assert countdown.count() == 0
+    retry.click()
+    retried = page.locator("li.message.assistant").last
+    wait_answered(retried)
+    assert asked == ["POST", "POST"]
+    assert "reset it yourself online" in retried.locator(".answer").inner_text()
+
+
+REASONING = ["The question is about a forgotten password. ", "The reset article answers it."]
+
+
+def sse_body(request_id: str, events: list[dict[str, Any]]) -> str:
+    frames = []
+    for seq, event in enumerate(events, start=1):
+        event = {"source": "ask_stream", "request_id": request_id, "seq": seq, **event}
+        frames.append(f"id: {seq}\ndata: {json.dumps(event)}\n\n")
+    return "".join(frames)
+
+
+def test_the_reasoning_channel_is_folded_away(page: Any) -> None:
+    request_id = "reasoning0001"
+    events = [
+        {"node": "response_synth", "channel": "status", "stage": "start"},
+        *({"node": "response_synth", "channel": "reasoning", "stage": "delta", "delta": d} for d in REASONING),
+        {"node": "response_synth", "channel": "answer", "stage": "delta", "delta": "Use **Forgot password** [1]."},
+        {"node": "response_synth", "channel": "status", "stage": "end", "ms": 12},
+        {
+            "node": "END",
+            "channel": "meta_summary",
+            "stage": "end",
+            "elapsed_ms": 40,
+            "sources": [{"ref": 1, "title": "Reset", "url": "https://learnhub.example.gov.tw/help/en/password-reset"}],
+            "attachments": [],
+        },
+    ]
+    headers = {"Content-Type": "text/event-stream; charset=utf-8", "X-Request-Id": request_id}
+    page.route(STREAM_CHAT, lambda route: route.fulfill(status=200, headers=headers, body=sse_body(request_id, events)))
+    answer = ask(page, QUESTION, transport="sse")
+    wait_answered(answer)
+
+    reasoning = answer.locator("details.reasoning")
+    assert reasoning.is_visible()
+    assert reasoning.evaluate("details => details.open") is False  # folded: only its summary shows
+    assert reasoning.locator("summary").inner_text() == "Reasoning"
+    assert reasoning.locator(".reasoning-text").text_content() == "".join(REASONING)
+    assert reasoning.locator(".reasoning-text").is_hidden()
+    assert "forgotten password" not in answer.locator(".answer").inner_text()
+    reasoning.locator("summary").click()
+    assert reasoning.locator(".reasoning-text").is_visible()
+
+
+def no_horizontal_overflow(page: Any) -> bool:
+    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def in_viewport(page: Any, selector: str) -> bool:
+    box = page.locator(selector).bounding_box()
+    size = page.viewport_size
+    return (
+        box is not None
+        and box["x"] >= 0
+        and box["y"] >= 0
+        and box["x"] + box["width"] <= size["width"]
+        and (box["y"] + box["height"] <= size["height"])
+    )
+
+
+@pytest.fixture
+def phone(chromium: Any, chat_server: str) -> Any:
+    context = chromium.new_context(viewport={"width": 390, "height": 844}, locale="en-US", has_touch=True)
+    page = context.new_page()
+    page.goto(chat_server + "/")
+    page.wait_for_selector("#suggestions button")
+    yield page
+    context.close()
+
+
+def test_on_a_phone_nothing_overflows_the_drawer_opens_and_closes_and_the_input_stays(phone: Any) -> None:
+    page = phone
+    assert no_horizontal_overflow(page)
+    assert in_viewport(page, "#question") and in_viewport(page, "#send")
+    assert page.locator("#history").is_hidden()  # the conversations are a drawer, closed
+
+    toggle = page.locator("#history-toggle")
+    toggle.click()
+    assert toggle.get_attribute("aria-expanded") == "true"
+    page.locator("#history").wait_for(state="visible")
+    assert page.evaluate("document.activeElement.id") == "new-conversation"
+    page.keyboard.press("Escape")
+    assert toggle.get_attribute("aria-expanded") == "false"
+    page.locator("#history").wait_for(state="hidden")
+    assert page.evaluate("document.activeElement.id") == "history-toggle"
+    # The backdrop beside the open drawer closes it too.
+    toggle.click()
+    page.locator("#history").wait_for(state="visible")
+    page.mouse.click(380, 600)
+    page.locator("#history").wait_for(state="hidden")
+
+    answer = ask(page, "I want to download the learning hours correction form")
+    wait_answered(answer)
+    assert no_horizontal_overflow(page)
+    assert in_viewport(page, "#question") and in_viewport(page, "#send")
 
 
 @pytest.mark.parametrize(
