@@ -7,7 +7,9 @@ OpenAI-compatible server (vLLM, OpenAI, DashScope...). Nodes get one ``LLMBacken
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -24,7 +26,7 @@ from rag.llm.policy import CallLabel, CallPolicy, StreamTimeouts
 from rag.llm.streams import ChatStreamParser, ResponsesStreamParser, chat_usage, responses_usage
 from rag.llm.types import LLMDelta, LLMResult
 from rag.state import Usage
-from rag.telemetry.record import report_generation
+from rag.telemetry.record import generation_error, report_generation
 
 __all__ = ["ChatBackend", "LLMBackend", "Message"]
 
@@ -169,11 +171,19 @@ class LLMBackend:
         )
         label = CallLabel(backend, node, model, "stream")
         started = time.time()
-        async with contextlib.aclosing(self.policy.stream(label, open_stream, new_parser, timeouts)) as deltas:
-            async for delta in deltas:
-                if delta.usage is not None:
-                    report_generation(node=node, model=model, usage=delta.usage, started=started, operation="stream")
-                yield delta
+        report = functools.partial(report_generation, node=node, model=model, started=started, operation="stream")
+        reported = False
+        try:
+            async with contextlib.aclosing(self.policy.stream(label, open_stream, new_parser, timeouts)) as deltas:
+                async for delta in deltas:
+                    if delta.usage is not None:
+                        report(usage=delta.usage)
+                        reported = True
+                    yield delta
+        except (Exception, asyncio.CancelledError) as exc:
+            if not reported:  # failed or cancelled before the end: a generation all the same, with why
+                report(usage=None, error=generation_error(exc))
+            raise
 
     async def stream_text(self, **kwargs: Any) -> tuple[str, str, Usage]:
         """Convenience for tests and non-streaming callers: (answer, reasoning, usage) of ``stream_answer``."""
@@ -254,15 +264,23 @@ class LLMBackend:
             raise ValueError(f"unknown LLM backend {backend!r} (expected 'chat' or 'responses')")
         label = CallLabel(backend, node, model, "complete")
         started = time.time()
-        text, usage = await self.policy.call(label, attempt, total_timeout=total_timeout or cfg.total_timeout)
-        report_generation(node=node, model=model, usage=usage, started=started, operation="complete")
+        report = functools.partial(report_generation, node=node, model=model, started=started, operation="complete")
+        try:
+            text, usage = await self.policy.call(label, attempt, total_timeout=total_timeout or cfg.total_timeout)
+        except (Exception, asyncio.CancelledError) as exc:
+            report(usage=None, error=generation_error(exc))
+            raise
+        ended = time.time()
         parsed = None
         if json_schema is not None:
             try:
                 parsed = parse_json_output(text, json_schema)
             except InvalidLLMOutput as exc:
                 exc.usage = usage
+                # Answered and paid for, but unusable: the generation keeps its usage and says why.
+                report(usage=usage, ended=ended, error=generation_error(exc))
                 raise
+        report(usage=usage, ended=ended)
         return LLMResult(text=text, usage=usage, parsed_json=parsed)
 
     # ------------------------------------------------------------------ embeddings

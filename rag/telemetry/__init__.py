@@ -3,11 +3,12 @@
     telemetry = get_telemetry()                 # process-wide; a no-op without LANGFUSE_* keys
     observer = telemetry.begin(state)           # in the run's task: sampling, trace id, ContextVar
     await graph.run(state, writer, observer=observer)
-    telemetry.finish(state)                     # enqueue (sampled) or keep a compact summary (unsampled)
+    telemetry.finish(state)                     # enqueue (sampled) or keep a compact summary (unsampled);
+                                                # state.trace_exported records which, stored with the answer
 
-The LLM backend reports each call with `report_generation(...)`; the feedback endpoint sends scores with
-`telemetry.send_score(...)`, which creates the trace first when it was never exported.
-`telemetry.sampler.set_rate(...)` changes the sample rate at run time (the live settings).
+The LLM backend reports each call with `report_generation(...)` (failed calls too, with their error); the feedback
+endpoint sends scores with `telemetry.send_score(score, trace_exported=...)`, which sends the trace first when
+it was not exported. `telemetry.sampler.set_rate(...)` changes the sample rate at run time (the live settings).
 """
 
 from rag.telemetry.facade import SummaryStore, Telemetry
@@ -19,6 +20,7 @@ from rag.telemetry.record import (
     TraceRecord,
     client_ref_for,
     current_trace,
+    generation_error,
     report_generation,
     trace_id_for,
     trace_summary_from_exchange,
@@ -40,6 +42,7 @@ __all__ = [
     "client_ref_for",
     "current_telemetry",
     "current_trace",
+    "generation_error",
     "get_telemetry",
     "report_generation",
     "reset_telemetry",

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Status, StatusCode
 
-from rag.telemetry.record import FinishedTrace, ScoreJob, ScoreRecord, client_ref_for
+from rag.telemetry.record import FinishedTrace, GenerationRecord, ScoreJob, ScoreRecord, client_ref_for
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class LangfuseWriter:
             node_spans.append((span, node.start_ns, end_ns, node.node))
 
         for index, generation in enumerate(trace.generations):
-            parent = _enclosing(node_spans, generation.node, generation.start_ns)
+            parent = _enclosing(node_spans, generation)
             attributes = {
                 **common,
                 _A.OBSERVATION_TYPE: "generation",
@@ -380,12 +380,14 @@ def _root_metadata(trace: FinishedTrace) -> dict[str, Any]:
     }
 
 
-def _enclosing(node_spans: list[tuple[Any, int, int, str]], node: str, start_ns: int) -> Any:
-    """The span of the node run that made an LLM call: same node id, started before the call (the last such run,
-    since a node may run more than once in a retry loop)."""
+def _enclosing(node_spans: list[tuple[Any, int, int, str]], generation: GenerationRecord) -> Any:
+    """The span of the node run that made an LLM call: the one running when it was reported, else (a record
+    without that index) the last run of the node of the call's label that started before it."""
+    if generation.span_index is not None and generation.span_index < len(node_spans):
+        return node_spans[generation.span_index][0]
     found = None
     for span, span_start, _end, span_node in node_spans:
-        if span_node == node and span_start <= start_ns:
+        if span_node == generation.node and span_start <= generation.start_ns:
             found = span
     return found
 

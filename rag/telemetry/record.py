@@ -7,6 +7,7 @@ the engine (`perf_counter`) are kept as milliseconds beside them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from rag.errors import PipelineAbort
 from rag.state import PipelineState, Usage
 
 # How much of a question an unsampled request's summary keeps: enough to recognise it next to a score.
@@ -74,6 +76,10 @@ class GenerationRecord:
     first_token_ns: int | None = None
     operation: str = ""
     error: str = ""
+    # Index in the trace's node spans of the node that was running when the call was made (None: none was). A
+    # call's `node` is the backend's label for it, which is not always the running node's id (the conversation
+    # summary is labelled `conversation_summarizer` but made by `response_synth`).
+    span_index: int | None = None
 
 
 class TraceRecord:
@@ -102,6 +108,12 @@ class TraceRecord:
             span.ms = ms
             span.route = route
 
+    def running_span_index(self) -> int | None:
+        """The span of the node running now: the last one started, unless it has ended."""
+        if self.spans and self.spans[-1].ms is None:
+            return len(self.spans) - 1
+        return None
+
     # --- the LLM backend's side, through `report_generation`
     def add_generation(self, generation: GenerationRecord) -> None:
         if not self.finished:
@@ -111,6 +123,17 @@ class TraceRecord:
 # The record of the request running in this task. Set by `Telemetry.begin` inside the run's own task, so it
 # never leaks into the transport's context; tasks the nodes spawn (parallel retrieval) inherit it.
 current_trace: ContextVar[TraceRecord | None] = ContextVar("rag_current_trace", default=None)
+
+
+def generation_error(exc: BaseException) -> str:
+    """How a failed LLM call reads on its generation: the pipeline's error code and message when it carries
+    them (Busy, UpstreamTimeout, UpstreamError), else the exception's type and text."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(exc, PipelineAbort):
+        return f"{exc.code}: {exc.message}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def report_generation(
@@ -124,7 +147,8 @@ def report_generation(
     operation: str = "",
     error: str = "",
 ) -> None:
-    """Called by the LLM backend once per finished call. `started`/`ended`/`first_token_at` are `time.time()`.
+    """Called by the LLM backend once per finished call, failed ones with `error` (see `generation_error`).
+    `started`/`ended`/`first_token_at` are `time.time()`.
 
     Costs one ContextVar read when the request is not being recorded (telemetry off).
     """
@@ -144,6 +168,7 @@ def report_generation(
             first_token_ns=None if first_token_at is None else int(first_token_at * 1e9),
             operation=operation,
             error=error,
+            span_index=record.running_span_index(),
         )
     )
 

@@ -62,7 +62,8 @@ async def test_without_keys_it_is_a_noop_that_starts_nothing_and_sends_nothing(s
     assert state.trace_exported is False
     assert telemetry.flush() is True
     telemetry.shutdown()
-    assert set(threading.enumerate()) == threads_before
+    # Nothing started (threads of earlier tests, such as a capture server's connection handlers, may end meanwhile).
+    assert set(threading.enumerate()) <= threads_before
     assert no_network == []
     # The sampler still counts, so staff can see what a rate would trace.
     assert telemetry.stats() == {
