@@ -105,12 +105,18 @@ def decode_spans(body: bytes) -> list[CapturedSpan]:
 
 
 class CaptureServer:
-    """`with CaptureServer() as server:` -> `server.url` for LANGFUSE_HOST, `server.capture` for what came."""
+    """`with CaptureServer() as server:` -> `server.url` for LANGFUSE_HOST, `server.capture` for what came.
 
-    def __init__(self, *, decode: bool = True) -> None:
+    `reply_delay`: seconds each POST is held (body read, nothing answered) before it is recorded and answered, a
+    Langfuse that is slow or hangs; held requests are let go when the server stops.
+    """
+
+    def __init__(self, *, decode: bool = True, reply_delay: float = 0.0) -> None:
         self.capture = Capture()
         self.requests = 0
         self.bytes_received = 0
+        self.reply_delay = reply_delay
+        self._stopping = threading.Event()
         capture = self.capture
         owner = self
 
@@ -119,6 +125,8 @@ class CaptureServer:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if owner.reply_delay:
+                    owner._stopping.wait(owner.reply_delay)
                 owner.requests += 1
                 owner.bytes_received += len(body)
                 if self.headers.get("Content-Encoding", "").lower() == "gzip":
@@ -179,6 +187,7 @@ class CaptureServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
