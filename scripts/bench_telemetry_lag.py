@@ -12,8 +12,11 @@ A ticker task sleeps 10 ms in a loop and records how late it wakes up: the event
 Telemetry built without Langfuse keys; "on" samples every request and exports through the Langfuse SDK, from a
 child process (the default exporter) or from a thread of this process, to a capture server in another process
 (`tests/rag/telemetry/capture.py`, standing in for a remote Langfuse, so its parsing does not compete with this
-process for the GIL). The three modes alternate ``--repeats`` times per load. After each "on" run the exporter is
-shut down (flushing; not timed) and the traces the server got are counted.
+process for the GIL). The three modes alternate ``--repeats`` times per load. Each run's telemetry is built and
+warmed up first, outside the measured window: ``--warmup-requests`` requests through it, then a flush, so the
+exporter's child process has started, exported and reached its steady state (the SDK builds its exporter's
+session and encoders on first use) before timing starts. After each "on" run the exporter is shut down (flushing;
+not timed) and the traces of the timed requests the server got are counted.
 
 Also the engine's CPU per request with the observer hook (bench_engine.py's trivial-node graph): telemetry off
 (observer None) against on (every request sampled, an exporter that discards).
@@ -184,6 +187,12 @@ def run_mode(
             queue_size=args.queue_size,
         )
         telemetry = Telemetry(sample_rate=1.0, exporter=exporter)
+    # Warm-up, not timed: a cold exporter would do its first-use work inside the measured window.
+    asyncio.run(load(graph, telemetry, concurrency=args.concurrency, total=args.warmup_requests))
+    if not telemetry.flush(60):
+        raise RuntimeError(f"{mode}: the warm-up's traces were not exported within 60 s")
+    counted = ("exported_traces", "dropped")
+    warm = {key: telemetry.stats()["export"][key] for key in counted} if telemetry.enabled else {}
     before = _server_stats(capture_url)
     seconds, cpu, lags = asyncio.run(
         load(graph, telemetry, concurrency=args.concurrency, total=args.requests, arrival_rate=arrival_rate)
@@ -191,7 +200,8 @@ def run_mode(
     export: dict[str, Any] = {}
     if telemetry.enabled:
         telemetry.shutdown(60)
-        export = dict(telemetry.stats()["export"])
+        stats = telemetry.stats()["export"]
+        export = {key: stats[key] - warm[key] for key in counted}
         after = _server_stats(capture_url)
         export["traces_received"] = after["traces"] - before["traces"]
         export["complete_received"] = after["complete_traces"] - before["complete_traces"]
@@ -295,6 +305,9 @@ def main() -> None:
     parser.add_argument(
         "--arrival-rates", default="0,60", help="comma-separated requests/s of open-loop loads; 0 is the closed loop"
     )
+    parser.add_argument(
+        "--warmup-requests", type=int, default=200, help="untimed requests through each run's telemetry first"
+    )
     parser.add_argument("--hook-requests", type=int, default=10000)
     args = parser.parse_args()
     rates = [float(rate) for rate in args.arrival_rates.split(",")]
@@ -327,7 +340,8 @@ def main() -> None:
     print(
         f"command: .venv/bin/python scripts/bench_telemetry_lag.py --concurrency {args.concurrency} "
         f"--requests {args.requests} --repeats {args.repeats} --queue-size {args.queue_size} "
-        f"--arrival-rates {args.arrival_rates} --hook-requests {args.hook_requests}"
+        f"--arrival-rates {args.arrival_rates} --warmup-requests {args.warmup_requests} "
+        f"--hook-requests {args.hook_requests}"
     )
     print(f"index: {report.documents} documents, {report.chunks} chunks (temporary local Qdrant store)")
     print()
