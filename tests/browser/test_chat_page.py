@@ -167,10 +167,13 @@ def test_offline_and_back_resumes_over_websocket(page: Any) -> None:
     # The "reconnecting" notice may show only briefly (offline emulation does not always stop a loopback socket
     # from reconnecting), so record that it was shown instead of polling for it.
     page.evaluate(NOTICE_WATCH, answer.locator(".notice").element_handle())
-    page.context.set_offline(True)
-    page.evaluate("window.__cutStreams()")  # offline emulation does not close a loopback socket by itself
+    # Cut first, then go offline: offline emulation does not close a loopback socket by itself, and once it is on
+    # it can hold back the closing handshake of a socket closed afterwards, so its close event (which starts the
+    # reconnecting) would come only when the browser gives up on the handshake.
+    page.evaluate("window.__cutStreams()")
     page.wait_for_function("window.__noticesShown.length > 0", timeout=ANSWER_TIMEOUT_MS)
     assert "reconnecting" in page.evaluate("window.__noticesShown[0]").lower()
+    page.context.set_offline(True)
     page.wait_for_timeout(700)
     page.context.set_offline(False)
     wait_answered(answer)
