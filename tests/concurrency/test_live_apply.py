@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 from concurrency.live import (
     LiveSettingsRunner,
@@ -138,7 +138,7 @@ def test_snapshots_survive_the_json_round_trip() -> None:
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_runner_applies_the_row_at_start(stop_runner) -> None:
-    await sync_to_async(concurrency_settings_update)(user=None, limit_chat=3)
+    await database_sync_to_async(concurrency_settings_update)(user=None, limit_chat=3)
     reset_manager()
     settings_forget()
 
@@ -150,19 +150,19 @@ async def test_the_runner_applies_the_row_at_start(stop_runner) -> None:
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_saved_change_reconfigures_this_process_within_a_second(stop_runner) -> None:
-    await sync_to_async(concurrency_settings_get)()
+    await database_sync_to_async(concurrency_settings_get)()
     live_settings_start(LiveSettingsRunner(redis_url=""))
     await eventually(lambda: settings_current() is not None)
 
     # The save runs on another thread, as in a sync view; the apply is handed to this loop.
-    await sync_to_async(concurrency_settings_update)(user=None, limit_chat=2, priority_enabled=True)
+    await database_sync_to_async(concurrency_settings_update)(user=None, limit_chat=2, priority_enabled=True)
 
     await eventually(lambda: get_manager().limit("chat") == 2 and get_manager().mode == "priority", within=1.0)
 
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_change_saved_by_another_process_arrives_through_the_database_poll(stop_runner) -> None:
-    await sync_to_async(concurrency_settings_get)()
+    await database_sync_to_async(concurrency_settings_get)()
     live_settings_start(LiveSettingsRunner(redis_url=""))
     await eventually(lambda: settings_current() is not None)
 
@@ -259,7 +259,7 @@ def redis_prefix(settings) -> Iterator[str]:
 async def test_a_change_published_by_another_worker_is_applied_within_a_second(redis_prefix, stop_runner) -> None:
     import redis.asyncio as aioredis
 
-    await sync_to_async(concurrency_settings_get)()
+    await database_sync_to_async(concurrency_settings_get)()
     runner = LiveSettingsRunner(redis_url=REDIS_URL, prefix=redis_prefix, db_poll_interval=60)
     live_settings_start(runner)
     await eventually(lambda: settings_current() is not None and runner._pubsub is not None, within=3)
