@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connections
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,3 +32,15 @@ def demo_index() -> Iterator[None]:
         store.close()
     yield
     reset_runtime()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def close_async_orm_connections(django_db_setup: None) -> Iterator[None]:
+    """Close, before the test databases are dropped, the connection async tests left on asgiref's sync thread.
+
+    `Model.objects.aget()` and friends in an async test run on asgiref's one sync thread (no outer sync context
+    here), and nothing there closes the connection they open, as a request's end or `database_sync_to_async`
+    would in the product. PostgreSQL then refuses to drop a test database another session still uses.
+    """
+    yield
+    asyncio.run(sync_to_async(connections.close_all)())
