@@ -30,6 +30,7 @@ MESSAGE_FIELDS = (
     "sources",
     "usage",
     "trace_id",
+    "trace_exported",
     "request_id",
     "latency_ms",
     "created_at",

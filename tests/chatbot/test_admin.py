@@ -32,3 +32,9 @@ def test_a_conversation_shows_its_messages_read_only(admin_client: Client, conve
     assert "請到登入頁" in response.content.decode()
     assert admin_client.get("/admin/chatbot/message/add/").status_code == 403
     assert admin_client.post(f"/admin/chatbot/conversation/{conversation.pk}/change/", {}).status_code == 403
+
+
+def test_a_message_shows_whether_its_trace_was_exported(admin_client: Client, conversation: Conversation) -> None:
+    answer = conversation.messages.get(role="assistant")
+    page = admin_client.get(f"/admin/chatbot/message/{answer.pk}/change/").content.decode()
+    assert "Trace exported" in page  # staff can tell why feedback on it re-sent the trace
