@@ -21,6 +21,20 @@ from rag.runtime import AskRequest, PipelineRuntime
 from rag.workflows.default import default_workflow
 from tests.rag.llm.conftest import attempts, manager, wait_idle  # noqa: F401 - fixtures, used by name
 
+# The nodes a retrieval question passes through in the default workflow, in order.
+RETRIEVAL_PATH = [
+    "guard",
+    "language_normalizer",
+    "cache_lookup",
+    "planner",
+    "query_builder",
+    "tool_executor",
+    "retrieval_checker",
+    "response_synth",
+    "cache_store",
+    "telemetry",
+]
+
 # Four reasoning tokens before every answer, answers long enough to cite sources, fast tokens.
 PIPELINE_SIM_FLAGS: dict[str, Any] = {
     "ttft_ms": 5,

@@ -7,20 +7,7 @@ import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
 from rag.state import Turn
-from tests.rag.pipeline.conftest import RuntimeFactory, ask, check_stream, usage_total
-
-RETRIEVAL_PATH = [
-    "guard",
-    "language_normalizer",
-    "cache_lookup",
-    "planner",
-    "query_builder",
-    "tool_executor",
-    "retrieval_checker",
-    "response_synth",
-    "cache_store",
-    "telemetry",
-]
+from tests.rag.pipeline.conftest import RETRIEVAL_PATH, RuntimeFactory, ask, check_stream, usage_total
 
 
 @pytest.mark.parametrize("backend", ["chat", "responses"])

@@ -22,24 +22,12 @@ from rag.runtime import AskRequest
 from rag.telemetry import get_telemetry, reset_telemetry, trace_id_for
 from rag.telemetry.langfuse_export import TRACE_NAME
 from rag.wiring import get_runtime, reset_runtime
-from tests.rag.pipeline.conftest import pipeline_simulator, sim  # noqa: F401 - fixtures, used by name
+from tests.rag.pipeline.conftest import RETRIEVAL_PATH, pipeline_simulator, sim  # noqa: F401 - fixtures, used by name
 from tests.rag.telemetry.capture import CapturedSpan, CaptureServer
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the prompt registry reads its prompts
 
 QUESTION = "How do I reset my password?"
-RETRIEVAL_PATH = [
-    "guard",
-    "language_normalizer",
-    "cache_lookup",
-    "planner",
-    "query_builder",
-    "tool_executor",
-    "retrieval_checker",
-    "response_synth",
-    "cache_store",
-    "telemetry",
-]
 LEVEL = "langfuse.observation.level"
 
 
