@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,33 +15,195 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ConcurrencySettings',
+            name="ConcurrencySettings",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('limit_default', models.PositiveIntegerField(help_text="Concurrent LLM calls on the 'default' backend per worker; match vLLM's --max-num-seqs.", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(4096)], verbose_name='default limit')),
-                ('limit_chat', models.PositiveIntegerField(help_text="Concurrent LLM calls on the 'chat' backend per worker; match vLLM's --max-num-seqs.", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(4096)], verbose_name='chat limit')),
-                ('limit_responses', models.PositiveIntegerField(help_text="Concurrent LLM calls on the 'responses' backend per worker; match vLLM's --max-num-seqs.", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(4096)], verbose_name='responses limit')),
-                ('limit_embedding', models.PositiveIntegerField(help_text="Concurrent LLM calls on the 'embedding' backend per worker; match vLLM's --max-num-seqs.", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(4096)], verbose_name='embedding limit')),
-                ('priority_enabled', models.BooleanField(default=False, help_text='Off: first come, first served. On: requests that have completed more LLM calls go first.', verbose_name='priority mode')),
-                ('starvation_threshold', models.FloatField(help_text='In priority mode, a call waiting this long is served before any other; 0 behaves like FIFO.', validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(3600.0)], verbose_name='starvation threshold (s)')),
-                ('acquire_timeout', models.FloatField(help_text="Longest wait for a slot before the call fails with 'busy'.", validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(3600.0)], verbose_name='acquire timeout (s)')),
-                ('max_waiters', models.PositiveIntegerField(help_text="Calls allowed to queue per backend and worker; past it, new calls fail at once with 'busy'.", validators=[django.core.validators.MaxValueValidator(100000)], verbose_name='max waiters')),
-                ('rpm_default', models.PositiveIntegerField(help_text="Sliding-window requests per minute on the 'default' backend; 0 = unlimited.", validators=[django.core.validators.MaxValueValidator(1000000)], verbose_name='default requests/minute')),
-                ('rpm_chat', models.PositiveIntegerField(help_text="Sliding-window requests per minute on the 'chat' backend; 0 = unlimited.", validators=[django.core.validators.MaxValueValidator(1000000)], verbose_name='chat requests/minute')),
-                ('rpm_responses', models.PositiveIntegerField(help_text="Sliding-window requests per minute on the 'responses' backend; 0 = unlimited.", validators=[django.core.validators.MaxValueValidator(1000000)], verbose_name='responses requests/minute')),
-                ('rpm_embedding', models.PositiveIntegerField(help_text="Sliding-window requests per minute on the 'embedding' backend; 0 = unlimited.", validators=[django.core.validators.MaxValueValidator(1000000)], verbose_name='embedding requests/minute')),
-                ('retry_max_attempts', models.PositiveIntegerField(help_text='Attempts per LLM call, the first one included.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(50)], verbose_name='retry: max attempts')),
-                ('retry_base_seconds', models.FloatField(help_text='Backoff before the first retry (doubled after).', validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(3600.0)], verbose_name='retry: base backoff (s)')),
-                ('retry_max_seconds', models.FloatField(help_text='Upper bound of one backoff sleep.', validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(3600.0)], verbose_name='retry: max backoff (s)')),
-                ('llm_request_timeout', models.FloatField(help_text='Total deadline of one LLM call: slot wait, attempts and backoff included.', validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(3600.0)], verbose_name='LLM request timeout (s)')),
-                ('telemetry_sample_rate', models.FloatField(help_text='Share of requests traced to Langfuse, from 0 (none) to 1 (all).', validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(1.0)], verbose_name='telemetry sample rate')),
-                ('version', models.PositiveIntegerField(default=1, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('updated_by', models.ForeignKey(blank=True, editable=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "limit_default",
+                    models.PositiveIntegerField(
+                        help_text="Concurrent LLM calls on the 'default' backend per worker; match vLLM's --max-num-seqs.",
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(4096),
+                        ],
+                        verbose_name="default limit",
+                    ),
+                ),
+                (
+                    "limit_chat",
+                    models.PositiveIntegerField(
+                        help_text="Concurrent LLM calls on the 'chat' backend per worker; match vLLM's --max-num-seqs.",
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(4096),
+                        ],
+                        verbose_name="chat limit",
+                    ),
+                ),
+                (
+                    "limit_responses",
+                    models.PositiveIntegerField(
+                        help_text="Concurrent LLM calls on the 'responses' backend per worker; match vLLM's --max-num-seqs.",
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(4096),
+                        ],
+                        verbose_name="responses limit",
+                    ),
+                ),
+                (
+                    "limit_embedding",
+                    models.PositiveIntegerField(
+                        help_text="Concurrent LLM calls on the 'embedding' backend per worker; match vLLM's --max-num-seqs.",
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(4096),
+                        ],
+                        verbose_name="embedding limit",
+                    ),
+                ),
+                (
+                    "priority_enabled",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Off: first come, first served. On: requests that have completed more LLM calls go first.",
+                        verbose_name="priority mode",
+                    ),
+                ),
+                (
+                    "starvation_threshold",
+                    models.FloatField(
+                        help_text="In priority mode, a call waiting this long is served before any other; 0 behaves like FIFO.",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.0),
+                            django.core.validators.MaxValueValidator(3600.0),
+                        ],
+                        verbose_name="starvation threshold (s)",
+                    ),
+                ),
+                (
+                    "acquire_timeout",
+                    models.FloatField(
+                        help_text="Longest wait for a slot before the call fails with 'busy'.",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.0),
+                            django.core.validators.MaxValueValidator(3600.0),
+                        ],
+                        verbose_name="acquire timeout (s)",
+                    ),
+                ),
+                (
+                    "max_waiters",
+                    models.PositiveIntegerField(
+                        help_text="Calls allowed to queue per backend and worker; past it, new calls fail at once with 'busy'.",
+                        validators=[django.core.validators.MaxValueValidator(100000)],
+                        verbose_name="max waiters",
+                    ),
+                ),
+                (
+                    "rpm_default",
+                    models.PositiveIntegerField(
+                        help_text="Sliding-window requests per minute on the 'default' backend; 0 = unlimited.",
+                        validators=[django.core.validators.MaxValueValidator(1000000)],
+                        verbose_name="default requests/minute",
+                    ),
+                ),
+                (
+                    "rpm_chat",
+                    models.PositiveIntegerField(
+                        help_text="Sliding-window requests per minute on the 'chat' backend; 0 = unlimited.",
+                        validators=[django.core.validators.MaxValueValidator(1000000)],
+                        verbose_name="chat requests/minute",
+                    ),
+                ),
+                (
+                    "rpm_responses",
+                    models.PositiveIntegerField(
+                        help_text="Sliding-window requests per minute on the 'responses' backend; 0 = unlimited.",
+                        validators=[django.core.validators.MaxValueValidator(1000000)],
+                        verbose_name="responses requests/minute",
+                    ),
+                ),
+                (
+                    "rpm_embedding",
+                    models.PositiveIntegerField(
+                        help_text="Sliding-window requests per minute on the 'embedding' backend; 0 = unlimited.",
+                        validators=[django.core.validators.MaxValueValidator(1000000)],
+                        verbose_name="embedding requests/minute",
+                    ),
+                ),
+                (
+                    "retry_max_attempts",
+                    models.PositiveIntegerField(
+                        help_text="Attempts per LLM call, the first one included.",
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(50),
+                        ],
+                        verbose_name="retry: max attempts",
+                    ),
+                ),
+                (
+                    "retry_base_seconds",
+                    models.FloatField(
+                        help_text="Backoff before the first retry (doubled after).",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.0),
+                            django.core.validators.MaxValueValidator(3600.0),
+                        ],
+                        verbose_name="retry: base backoff (s)",
+                    ),
+                ),
+                (
+                    "retry_max_seconds",
+                    models.FloatField(
+                        help_text="Upper bound of one backoff sleep.",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.0),
+                            django.core.validators.MaxValueValidator(3600.0),
+                        ],
+                        verbose_name="retry: max backoff (s)",
+                    ),
+                ),
+                (
+                    "llm_request_timeout",
+                    models.FloatField(
+                        help_text="Total deadline of one LLM call: slot wait, attempts and backoff included.",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.0),
+                            django.core.validators.MaxValueValidator(3600.0),
+                        ],
+                        verbose_name="LLM request timeout (s)",
+                    ),
+                ),
+                (
+                    "telemetry_sample_rate",
+                    models.FloatField(
+                        help_text="Share of requests traced to Langfuse, from 0 (none) to 1 (all).",
+                        validators=[
+                            django.core.validators.MinValueValidator(0.0),
+                            django.core.validators.MaxValueValidator(1.0),
+                        ],
+                        verbose_name="telemetry sample rate",
+                    ),
+                ),
+                ("version", models.PositiveIntegerField(default=1, editable=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "updated_by",
+                    models.ForeignKey(
+                        blank=True,
+                        editable=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'LLM concurrency settings',
-                'verbose_name_plural': 'LLM concurrency settings',
+                "verbose_name": "LLM concurrency settings",
+                "verbose_name_plural": "LLM concurrency settings",
             },
         ),
     ]
