@@ -8,8 +8,8 @@ takes its limits from the `LLM_MAX_CONCURRENT_*` settings unless the live settin
 row wins: staff edit it at run time). Without `LLM_BASE_URL` everything stays offline.
 
 The telemetry's sample rate follows the live settings row as well: `LANGFUSE_SAMPLE_RATE` only until the row is
-applied (at server start-up the stored row is read right away), then every change staff save in the concurrency
-console.
+applied (at server start-up `warm_up` applies the stored row, for the manager too), then every change staff save
+in the concurrency console.
 
 The embedder comes from the settings too (`build_embedder`): a local sentence-transformers folder
 (`SENTENCE_TRANSFORMERS_MODEL`), an OpenAI-compatible server (`EMBEDDING_BASE_URL`, through the same call policy
@@ -270,28 +270,6 @@ def telemetry_for_deps() -> Any:
     return telemetry
 
 
-def sample_rate_from_stored_row() -> None:
-    """At server start-up, before the live settings task applied anything: the stored row's sample rate. One
-    query; a database that cannot answer yet (not migrated, down) leaves `LANGFUSE_SAMPLE_RATE` until it can."""
-    from django.db import DatabaseError, close_old_connections
-
-    from concurrency.live.apply import settings_current
-    from concurrency.selectors import concurrency_settings_snapshot
-    from rag.telemetry import current_telemetry
-
-    telemetry = current_telemetry()
-    if telemetry is None or settings_current() is not None:
-        return
-    try:
-        snapshot = concurrency_settings_snapshot()
-    except DatabaseError as exc:
-        logger.warning("telemetry sample rate: the settings row is unreadable (%s); LANGFUSE_SAMPLE_RATE for now", exc)
-        return
-    finally:
-        close_old_connections()
-    apply_live_sample_rate(telemetry, snapshot)
-
-
 def configure_concurrency_manager() -> Any:
     """The process manager with the limits, priority mode and waiting bounds of the settings.
 
@@ -414,7 +392,10 @@ def warm_up() -> None:
     except Exception:
         logger.exception("pipeline warm-up failed; the first request will try again")
         return
-    sample_rate_from_stored_row()
+    from concurrency.live import live_settings_preload
+
+    # after the runtime is built: its callbacks (the sample rate) follow the row from the start too
+    live_settings_preload()
 
 
 def reset_runtime() -> None:

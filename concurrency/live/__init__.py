@@ -3,7 +3,8 @@
 Public API:
 
 - ``live_settings_start()`` / ``live_settings_stop()``: the one background task per process, ``live_settings_task``
-  (started by ``concurrency.worker_tasks.WorkerTasksMiddleware`` on the first ASGI connection).
+  (started by ``concurrency.worker_tasks.WorkerTasksMiddleware`` on the first ASGI connection);
+  ``live_settings_preload()`` applies the stored row at server start-up, before that.
 - ``on_settings_applied(fn)``: ``fn(SettingsSnapshot)`` after each applied change (rpm, retries, sample rate).
 - ``register_stats_provider(name, fn)``: extra per-worker stats shown in the console.
 - ``worker_stats()`` / ``workers_read()``: this worker's stats; every live worker's, from Redis.
@@ -15,6 +16,7 @@ from .apply import on_settings_applied, settings_apply, settings_apply_soon, set
 from .runner import (
     LiveSettingsRunner,
     live_settings_enabled,
+    live_settings_preload,
     live_settings_running,
     live_settings_start,
     live_settings_stop,
@@ -34,6 +36,7 @@ __all__ = [
     "LiveSettingsRunner",
     "SettingsSnapshot",
     "live_settings_enabled",
+    "live_settings_preload",
     "live_settings_running",
     "live_settings_start",
     "live_settings_stop",

@@ -36,6 +36,7 @@ from .workers import (
 __all__ = [
     "LiveSettingsRunner",
     "live_settings_enabled",
+    "live_settings_preload",
     "live_settings_running",
     "live_settings_start",
     "live_settings_stop",
@@ -61,6 +62,23 @@ def _db_read(known_version: int | None) -> SettingsSnapshot | None:
         return concurrency_settings_snapshot()
     finally:
         close_old_connections()
+
+
+def live_settings_preload() -> bool:
+    """At server start-up, from sync code, before the first connection starts the runner: apply the stored row,
+    so the first requests already run on it (limits, policy, sample rate) rather than on the environment's
+    seeds. One query; False (the seeds stay until the runner reads the row) when the database cannot answer yet.
+    """
+    from django.db import DatabaseError
+
+    if settings_current() is not None:
+        return False
+    try:
+        snapshot = _db_read(None)
+    except DatabaseError as exc:
+        logger.warning("live settings: the settings row is unreadable at start-up (%s); the seeds stay for now", exc)
+        return False
+    return snapshot is not None and settings_apply(snapshot)
 
 
 class LiveSettingsRunner:

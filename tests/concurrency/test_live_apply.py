@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from concurrency.live import (
     LiveSettingsRunner,
     SettingsSnapshot,
+    live_settings_preload,
     live_settings_running,
     live_settings_start,
     live_settings_stop,
@@ -131,6 +132,21 @@ def test_snapshots_survive_the_json_round_trip() -> None:
 
     assert SettingsSnapshot.from_json(original.to_json()) == original
     assert SettingsSnapshot.from_json(json.dumps({**original.to_dict(), "unknown": 1})) == original
+
+
+@pytest.mark.django_db(transaction=True)
+def test_start_up_applies_the_stored_row_before_any_runner() -> None:
+    concurrency_settings_update(user=None, limit_chat=3, telemetry_sample_rate=0.2)
+    settings_forget()  # as in a new process: the row is stored, nothing applied yet
+    reset_manager()
+    seen: list[float] = []
+    on_settings_applied(lambda snapshot: seen.append(snapshot.telemetry_sample_rate))
+
+    assert live_settings_preload()
+
+    assert get_manager().limit("chat") == 3
+    assert seen == [0.2]
+    assert not live_settings_preload()  # once applied, the runner keeps it in step
 
 
 # --------------------------------------------------------------------------------------------- the runner
