@@ -3,10 +3,11 @@
 Each index build is its own collection ``<alias>__<version>`` with a named dense vector ("dense", cosine) and a
 named sparse vector ("bm25", IDF applied by Qdrant). The live name is a Qdrant alias: a reindex fills a new
 collection while searches keep hitting the old one, then one alias operation switches them, so a search sees
-either the old or the new index, never a half-built one. The build a switch replaces is kept (behind a second
-alias, ``<alias>_previous``) until the next switch: on a server, a query that resolved the alias just before the
-switch is still running on it, and deleting it under that query made the query fail as "not found", an empty
-answer during the switch. The build before that is deleted at the next switch.
+either the old or the new index, never a half-built one. When queries go through Qdrant (a server), the build a
+switch replaces is kept (behind a second alias, ``<alias>_previous``) until the next switch: a query that resolved
+the alias just before the switch is still running on it, and deleting it under that query made the query fail as
+"not found", an empty answer during the switch. The build before that is deleted at the next switch. The memory
+engine (local mode) deletes the replaced build at once: its queries run on the in-memory copy they took.
 
 Wraps the sync `QdrantClient`: local mode (``path=``, the embedded default) or a server (``url=``). In local mode
 queries are answered by a `MemoryIndex` (see there why); `engine="qdrant"` forces Qdrant's Query API.
@@ -313,11 +314,14 @@ class VectorStore:
     def activate(self, collection: str) -> str | None:
         """Point the alias at `collection` in one operation; returns the build it replaces.
 
-        The replaced build stays, as `previous_collection()`, for queries already running on it; the one it
-        replaced in turn is deleted. Pointing the alias at the live build again (to reload local mode's
-        in-memory copy) changes neither.
+        When queries go through Qdrant (a server, or `engine="qdrant"`), the replaced build stays, as
+        `previous_collection()`, for queries already running on it, and the one it replaced in turn is deleted.
+        The memory engine deletes the replaced build at once: its queries run on the in-memory copy they took,
+        and keeping a second build in local mode would double what the owning process holds. Pointing the alias
+        at the live build again (to reload local mode's in-memory copy) changes nothing else.
         """
         memory = self._load_memory(collection) if self.use_memory else None
+        keep_replaced = not self.use_memory
         with self._write_lock:
             aliases = self._aliases()
             previous = aliases.get(self.alias)
@@ -327,19 +331,26 @@ class VectorStore:
             if previous is not None:
                 operations.append(_delete_alias(self.alias))
             operations.append(_create_alias(self.alias, collection))
+            doomed: list[str] = []
             if replaced is not None:
                 if retired is not None:
                     operations.append(_delete_alias(self.previous_alias))
-                operations.append(_create_alias(self.previous_alias, replaced))
+                    doomed.append(retired)
+                if keep_replaced:
+                    operations.append(_create_alias(self.previous_alias, replaced))
+                else:
+                    doomed.append(replaced)
             # one request: the server applies the list atomically, so no search finds the alias missing
             self.client.update_collection_aliases(change_aliases_operations=operations)
             if memory is not None:
                 # under the loader's lock: a search lazily loading the old build must not overwrite this one
                 with self._memory_lock:
                     self._memory = (collection, memory)
-            if replaced is not None and retired is not None and retired not in (collection, replaced):
-                # two switches old: a query that started on it would have had a whole build's time to finish
-                self.client.delete_collection(retired)
+            kept = replaced if keep_replaced else None
+            for name in dict.fromkeys(doomed):
+                # the retired build is two switches old: a query that started on it had a whole build's time
+                if name not in (collection, kept):
+                    self.client.delete_collection(name)
         return previous
 
     def drop(self, collection: str) -> None:

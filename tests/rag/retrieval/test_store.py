@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,9 +69,17 @@ def answer_from(store: VectorStore, collection: str, query: str) -> list[str]:
     return [str((point.payload or {})["doc_id"]) for point in points]
 
 
+@pytest.fixture
+def qdrant_queried_store(tmp_path: Path) -> Iterator[VectorStore]:
+    """Queries through Qdrant's Query API on the alias, as with a server: local mode's folder, the same code."""
+    with VectorStore.open("helpcentre", path=tmp_path / "qdrant-engine", engine="qdrant") as opened:
+        yield opened
+
+
 def test_a_switch_keeps_the_replaced_build_for_queries_in_flight_until_the_next_switch(
-    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+    qdrant_queried_store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
 ) -> None:
+    store = qdrant_queried_store
     first = build_index(documents, store, embedder)
     in_flight = store.live_collection()  # a query resolved the alias, then the switch happens
     assert in_flight == first.collection
@@ -96,8 +105,9 @@ def test_a_switch_keeps_the_replaced_build_for_queries_in_flight_until_the_next_
 
 
 def test_reloading_the_live_build_or_switching_back_keeps_both_builds(
-    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+    qdrant_queried_store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
 ) -> None:
+    store = qdrant_queried_store
     first = build_index(documents, store, embedder)
     second = build_index(documents, store, embedder)
     assert store.activate(second.collection) == second.collection  # what refresh_live does after descriptions
@@ -107,6 +117,25 @@ def test_reloading_the_live_build_or_switching_back_keeps_both_builds(
     assert (store.live_collection(), store.previous_collection()) == (first.collection, second.collection)
     assert store.builds() == sorted([first.collection, second.collection])
     assert store.count() == first.chunks
+
+
+def test_the_memory_engine_deletes_the_replaced_build_at_once_and_a_search_in_flight_keeps_its_copy(
+    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    assert store.use_memory  # local mode's default engine
+    first = build_index(documents, store, embedder)
+    in_flight = store._current_memory()  # what a search running during the switch holds
+    assert in_flight is not None
+
+    second = build_index([d for d in documents if d.doc_id != "zh-enrolment"], store, embedder)
+
+    assert store.builds() == [second.collection]  # one build on disk and in the client, not two
+    assert store.previous_collection() is None
+    scores, matched = in_flight.sparse_scores(ENCODER.encode_query("報名課程"))
+    held = [in_flight.payloads[row]["doc_id"] for row, _ in in_flight.top(scores, 3, matched)]
+    assert "zh-enrolment" in held  # the search in flight still answers from the build it started on
+    assert "zh-enrolment" not in ask(store, embedder, "報名課程")
+    assert first.collection not in store.builds()
 
 
 def test_search_during_a_build_sees_the_old_complete_index(
