@@ -124,3 +124,15 @@ async def sse_request(
     # Stopped by itself after the last body message, without waiting for http.disconnect.
     await communicator.wait(timeout=1)
     return SseResponse(start["status"], start.get("headers", []), b"".join(chunks))
+
+
+async def sse_until_answer_delta(communicator: ApplicationCommunicator) -> bytes:
+    """The body sent until the first answer delta; the response must have started with 200 and still be open."""
+    start = await communicator.receive_output(timeout=FIRST_EVENT_TIMEOUT)
+    assert start["status"] == 200
+    received = b""
+    while b'"channel":"answer"' not in received:
+        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
+        received += message["body"]
+        assert message["more_body"]
+    return received

@@ -23,6 +23,7 @@ from tests.chatbot.helpers import (
     parse_sse,
     sse_request,
     sse_start,
+    sse_until_answer_delta,
     ws_communicator,
     ws_events,
 )
@@ -57,12 +58,7 @@ def assert_exactly_once(events: list[dict[str, Any]]) -> None:
 async def sse_until_answer(cookie: tuple[bytes, bytes], **extra: Any) -> tuple[Any, list[dict[str, Any]]]:
     """Start an SSE answer and read frames until the first answer delta; returns (communicator, events)."""
     communicator = await sse_start(STREAM_CHAT, ask_body(QUESTION, **extra), headers=[JSON_CONTENT, cookie])
-    start = await communicator.receive_output(timeout=FIRST_EVENT_TIMEOUT)
-    assert start["status"] == 200
-    received = b""
-    while b'"channel":"answer"' not in received:
-        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
-        received += message["body"]
+    received = await sse_until_answer_delta(communicator)
     # A frame may be cut at a body boundary only at the end; keep the whole frames.
     whole = received[: received.rfind(b"\n\n") + 2]
     return communicator, [event for _id, event in parse_sse(whole)]

@@ -19,6 +19,7 @@ from tests.chatbot.helpers import (
     parse_sse,
     sse_request,
     sse_start,
+    sse_until_answer_delta,
 )
 from tests.concurrency.llm_app import (  # noqa: F401 - the *_fixture names register fixtures
     STALLED_ANSWER,
@@ -145,8 +146,6 @@ async def test_an_oversized_body_is_refused_before_it_is_read_whole() -> None:
 
 
 async def test_a_body_in_several_messages_is_joined() -> None:
-    from channels.testing import ApplicationCommunicator
-
     from tests.chatbot.helpers import application, http_scope
 
     body = ask_body("How do I reset my password?")
@@ -163,13 +162,7 @@ async def test_a_disconnect_mid_stream_cancels_the_pipeline_within_a_second(
     slow_answers: None, opened_exchanges: list
 ) -> None:
     communicator = await sse_start(STREAM_CHAT, ask_body("How do I reset my password?"), headers=[JSON_CONTENT])
-    start = await communicator.receive_output(timeout=FIRST_EVENT_TIMEOUT)
-    assert start["status"] == 200
-    received = b""
-    while b'"channel":"answer"' not in received:
-        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
-        received += message["body"]
-        assert message["more_body"]
+    received = await sse_until_answer_delta(communicator)
 
     disconnected = time.monotonic()
     await communicator.send_input({"type": "http.disconnect"})
@@ -228,25 +221,13 @@ async def test_a_fast_busy_is_http_429_with_retry_after(monkeypatch: pytest.Monk
 # --- through the LLM simulator and the process concurrency manager -------------------------------------------
 
 
-async def answer_streaming(communicator: ApplicationCommunicator) -> bytes:
-    """The body sent until the first answer delta; the response must have started with 200."""
-    start = await communicator.receive_output(timeout=FIRST_EVENT_TIMEOUT)
-    assert start["status"] == 200
-    received = b""
-    while b'"channel":"answer"' not in received:
-        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
-        received += message["body"]
-        assert message["more_body"]
-    return received
-
-
 async def test_a_disconnect_mid_answer_frees_the_llm_slot_and_the_upstream_request_within_a_second(
     llm_app: LLMApp, app_sim: SimulatorProcess
 ) -> None:
     manager = await llm_app()
     await app_sim.afaults(fail_next=STALLED_ANSWER)
     communicator = await sse_start(STREAM_CHAT, ask_body("How do I reset my password?"), headers=[JSON_CONTENT])
-    await answer_streaming(communicator)
+    await sse_until_answer_delta(communicator)
     assert chat_stats(manager)["in_progress"] == 1, "the answer holds a chat slot while it streams"
     assert (await app_sim.astats())["running"] == 1
 
@@ -264,7 +245,7 @@ async def test_a_full_llm_wait_queue_answers_busy_with_retry_after_and_counts_th
     manager = await llm_app(limit_chat=1, max_waiters=0)
     await app_sim.afaults(fail_next=STALLED_ANSWER)
     holder = await sse_start(STREAM_CHAT, ask_body("How do I reset my password?"), headers=[JSON_CONTENT])
-    await answer_streaming(holder)  # the one chat slot is taken until this answer ends
+    await sse_until_answer_delta(holder)  # the one chat slot is taken until this answer ends
 
     response = await sse_request(STREAM_CHAT, ask_body("How do I change my email address?"))
 
