@@ -21,20 +21,23 @@ from chatbot.routing import build_application  # noqa: E402 (needs Django set up
 from concurrency.live import live_settings_task  # noqa: E402
 from concurrency.worker_tasks import WorkerTasksMiddleware  # noqa: E402
 from rag.documents.runner import job_runner_task  # noqa: E402
+from rag.replica import replica_sync_task  # noqa: E402
 from rag.workflows.live import workflow_sync_task  # noqa: E402
 
 # Each worker runs its background tasks, started on its first connection (daphne has no start-up hook), each
 # unless its setting switches it off: live settings (a saved change applied within a second, stats published),
-# the workflow sync (published workflows reach this worker within a second), and in the process that owns the
-# vector store the job runner (index and backfill jobs).
+# the workflow sync (published workflows reach this worker within a second), the replica sync (a reindex or a
+# cached answer from any worker reaches this one's in-memory copies within a second), and the job runner (index
+# and backfill jobs, claimed one at a time by whichever worker is free).
 application = WorkerTasksMiddleware(
-    build_application(django_application), [live_settings_task, workflow_sync_task, job_runner_task]
+    build_application(django_application),
+    [live_settings_task, workflow_sync_task, replica_sync_task, job_runner_task],
 )
 
 from django.conf import settings  # noqa: E402
 
 if settings.RAG_PRELOAD:
-    # Take the embedded store's lock at start-up, so the server (not a command started later) owns it.
+    # Open the store and load its replica at start-up, so the first question does not wait for it.
     from rag.wiring import warm_up
     from rag.workflows.live import workflow_sync_preload
 

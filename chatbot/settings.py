@@ -105,11 +105,13 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# --- vector store: qdrant-client local mode on disk unless QDRANT_URL -----------------------------------
+# --- vector store: the database (each worker answers from a replica in memory) unless QDRANT_URL ---------
 QDRANT_URL = env_url("QDRANT_URL", schemes=("http", "https"))
 QDRANT_API_KEY = env_str("QDRANT_API_KEY")
-QDRANT_PATH = Path(env_str("QDRANT_PATH", str(DATA_DIR / "qdrant"))).resolve()
+# the index's name (a Qdrant alias, or the name of the database store's live build)
 QDRANT_COLLECTION = env_str("QDRANT_COLLECTION", "helpcentre")
+# Keep this worker's replicas (search index, semantic cache) in step with the database, twice a second.
+RAG_REPLICA_SYNC = env_bool("RAG_REPLICA_SYNC", True)
 CORPUS_DIR = Path(env_str("CORPUS_DIR", str(BASE_DIR / "rag" / "corpus" / "demo"))).resolve()
 
 # --- LLM: offline backend unless LLM_BASE_URL ---------------------------------------------------------

@@ -164,6 +164,10 @@ class PipelineRun:
         }
 
 
+def _fingerprint_params(deps: Any) -> dict[str, Any]:
+    return getattr(getattr(deps, "config", None), "as_fingerprint", dict)()
+
+
 class PipelineRuntime:
     """Process-wide: node registry, dependencies, compiled-graph cache and each backend's workflow."""
 
@@ -187,17 +191,24 @@ class PipelineRuntime:
         self.idle_timeout = idle_timeout
 
     async def deps(self) -> Any:
-        """Dependencies are built once, off the event loop (opening the local store reads files)."""
+        """Dependencies are built once, off the event loop (opening the store loads its replica)."""
         if self._deps is None:
             async with self._deps_lock:
                 if self._deps is None:
-                    self._deps = await asyncio.to_thread(self._deps_factory)
+                    self._adopt(await asyncio.to_thread(self._deps_factory))
         return self._deps
 
     def preload(self) -> None:
-        """Build the dependencies now, from sync code at start-up (a server takes the local store's lock first)."""
+        """Build the dependencies now, from sync code at start-up (the first request then finds them ready)."""
         if self._deps is None:
-            self._deps = self._deps_factory()
+            self._adopt(self._deps_factory())
+
+    def _adopt(self, deps: Any) -> None:
+        # the semantic cache's purge deletes answers of producers no longer configured: it asks the runtime
+        set_producers = getattr(getattr(deps, "cache", None), "set_producers", None)
+        if callable(set_producers):
+            set_producers(self.producers)
+        self._deps = deps
 
     def set_workflow(self, backend: str, definition: WorkflowDefinition | None) -> None:
         """Publish a workflow for a backend (None returns it to the default). Runs in flight keep theirs."""
@@ -210,12 +221,26 @@ class PipelineRuntime:
         return self._workflows.get(backend, self._default_workflow)
 
     def compile(self, definition: WorkflowDefinition, deps: Any) -> CompiledGraph:
-        fingerprint_params = getattr(getattr(deps, "config", None), "as_fingerprint", dict)()
         return self.graph_cache.get_or_compile(
             definition,
             lambda d, key: compile_workflow(d, registry=self.registry, deps=deps, fingerprint=key),
-            params=fingerprint_params,
+            params=_fingerprint_params(deps),
         )
+
+    def producer(self, backend: str, fingerprint: str, deps: Any) -> str:
+        """What answers a request of `backend`: the backend, the answering model ("offline" without an LLM) and
+        the workflow's fingerprint. A cached answer is served only to requests with the same producer."""
+        llm = getattr(deps, "llm", None)
+        model = "offline" if llm is None else llm.config.model_for(backend, "response_synth")
+        return f"{backend}/{model}/{fingerprint[:16]}"
+
+    def producers(self) -> set[str] | None:
+        """The producers of every backend as configured now (None before the dependencies are built)."""
+        deps = self._deps
+        if deps is None:
+            return None
+        params = _fingerprint_params(deps)
+        return {self.producer(backend, self.workflow_for(backend).fingerprint(params), deps) for backend in BACKENDS}
 
     async def start(self, request: AskRequest, *, workflow: WorkflowDefinition | None = None) -> PipelineRun:
         if request.backend not in BACKENDS:
@@ -230,6 +255,7 @@ class PipelineRuntime:
             client_id=request.client_id,
             history=list(request.history),
             summary=request.summary,
+            producer=self.producer(request.backend, graph.fingerprint, deps),
         )
         return PipelineRun(
             graph,

@@ -105,6 +105,8 @@ class PipelineState:
     client_id: str = ""
     history: list[Turn] = field(default_factory=list)
     summary: str = ""  # running conversation summary from the previous turn
+    # what answers this request: backend, answering model (or "offline") and workflow version (the cache's key)
+    producer: str = ""
     # --- language_normalizer ---
     language: str = ""
     normalized_question: str = ""
@@ -142,6 +144,6 @@ class PipelineState:
 
 # Fields a caller fills before the first node runs; a node may read them without an upstream producer.
 REQUEST_FIELDS = frozenset(
-    {"request_id", "question", "backend", "conversation_id", "client_id", "history", "summary", "usage"}
+    {"request_id", "question", "backend", "conversation_id", "client_id", "history", "summary", "producer", "usage"}
 )
 STATE_FIELDS = frozenset(PipelineState.__dataclass_fields__)

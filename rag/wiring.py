@@ -308,6 +308,7 @@ def build_deps() -> PipelineDeps:
     embedder = build_embedder(llm)
     mode, search_settings = search_settings_from_settings(embedder)
     store = open_store_from_settings()
+    store.sync()  # load the in-memory replica now, not at the first question
     from rag.retrieval.retriever import StoreRetriever
 
     deps = PipelineDeps(

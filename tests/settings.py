@@ -1,7 +1,7 @@
 """Settings of the test run: the project's settings with a private data folder and integrations off.
 
 The environment is set before the project's settings module reads it. Every test run gets its own data folder
-(local Qdrant store, generated secrets), so the suite neither needs nor disturbs a developer's `var/` or a
+(generated secrets, SQLite), so the suite neither needs nor disturbs a developer's `var/` or a
 running server that holds it. Optional integrations are switched off explicitly so a developer's `.env` cannot
 leak into the suite; REDIS_URL and DATABASE_URL pass through (CI runs the suite a second time against Redis and
 PostgreSQL).
@@ -12,7 +12,9 @@ import tempfile
 
 _data_dir = tempfile.mkdtemp(prefix="helpcentre-test-")
 os.environ["DATA_DIR"] = _data_dir
-os.environ["QDRANT_PATH"] = os.path.join(_data_dir, "qdrant")
+# A Qdrant server given to the suite is for the store's contract tests (tests/rag/stores.py); the rest of the suite
+# runs on the defaults.
+os.environ.setdefault("HELPCENTRE_TEST_QDRANT_URL", os.environ.get("QDRANT_URL", ""))
 for _name in ("QDRANT_URL", "LLM_BASE_URL", "EMBEDDING_BASE_URL", "LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY"):
     os.environ[_name] = ""
 # Tests ask many questions from one client; the rate limiter has tests of its own.

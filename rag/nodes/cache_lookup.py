@@ -22,14 +22,14 @@ from rag.state import PipelineState
 logger = logging.getLogger(__name__)
 
 NAME = "cache_lookup"
-INPUTS = ("normalized_question", "language", "history", "summary")
+INPUTS = ("normalized_question", "language", "history", "summary", "producer")
 OUTPUTS = ("cacheable", "cache_hit")
 ROUTE_HIT = "hit"
 ROUTE_MISS = "miss"
 
 
 class SemanticCacheLookup(Protocol):
-    async def lookup(self, question: str, *, language: str) -> dict[str, Any] | None:
+    async def lookup(self, question: str, *, language: str, producer: str) -> dict[str, Any] | None:
         """The cached entry {"answer": str, "sources": [source dicts]} for a close enough question, or None."""
         ...
 
@@ -49,7 +49,8 @@ class CacheLookup:
             return ROUTE_MISS
         try:
             entry = await asyncio.wait_for(
-                self._cache.lookup(state.normalized_question, language=state.language), self._timeout
+                self._cache.lookup(state.normalized_question, language=state.language, producer=state.producer),
+                self._timeout,
             )
         except Exception:
             # The cache is an optimisation: when it is slow or down the question is answered the long way.

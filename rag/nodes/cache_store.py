@@ -22,7 +22,7 @@ from rag.state import PipelineState
 logger = logging.getLogger(__name__)
 
 NAME = "cache_store"
-INPUTS = ("cacheable", "normalized_question", "language", "answer")
+INPUTS = ("cacheable", "normalized_question", "language", "answer", "producer")
 # see response_synth.OPTIONAL_INPUTS
 OPTIONAL_INPUTS = (
     "sources",
@@ -38,7 +38,9 @@ OUTPUTS = ()
 
 
 class SemanticCacheStore(Protocol):
-    async def store(self, question: str, *, language: str, answer: str, sources: list[dict[str, Any]]) -> None: ...
+    async def store(
+        self, question: str, *, language: str, answer: str, sources: list[dict[str, Any]], producer: str
+    ) -> None: ...
 
 
 class CacheStore:
@@ -74,6 +76,7 @@ class CacheStore:
                     language=state.language,
                     answer=state.answer,
                     sources=[s.as_dict() for s in state.sources],
+                    producer=state.producer,
                 ),
                 self._timeout,
             )

@@ -18,19 +18,17 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from qdrant_client import models
-
 from rag.retrieval.chunking import Chunk, ChunkingConfig, _same_words, chunk_document
 from rag.retrieval.embedding import Embedder
 from rag.retrieval.markdown import Document
-from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder, SparseVector
-from rag.retrieval.store import DENSE, SPARSE, Engine, IndexVersion, StorePoint, VectorStore
+from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder
+from rag.retrieval.store import Engine, IndexVersion, StorePoint, VectorStore
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +36,6 @@ SCHEMA_VERSION = 1
 # point ids are UUIDs derived from chunk ids: rebuilding the same corpus gives the same ids
 _POINT_NAMESPACE = uuid.UUID("6f1d3c55-6a0e-4a53-9f3e-2b8f0c9a4d71")
 _HEADING_SEPARATOR = ChunkingConfig().heading_separator
-_SCROLL_BATCH = 512
 
 Progress = Callable[[int, int], None]
 
@@ -218,17 +215,6 @@ def _drop_quietly(store: VectorStore, collection: str) -> None:
 # --- what the live build holds ----------------------------------------------------------------------------------
 
 
-def _scroll(store: VectorStore, collection: str, *, with_payload: Any, with_vectors: bool) -> Iterator[Any]:
-    offset: Any = None
-    while True:
-        batch, offset = store.client.scroll(
-            collection, limit=_SCROLL_BATCH, offset=offset, with_payload=with_payload, with_vectors=with_vectors
-        )
-        yield from batch
-        if offset is None:
-            return
-
-
 @dataclass(frozen=True, slots=True)
 class LiveDocument:
     doc_id: str
@@ -243,8 +229,8 @@ def live_documents(store: VectorStore) -> dict[str, LiveDocument]:
     if live is None:
         return {}
     found: dict[str, LiveDocument] = {}
-    for record in _scroll(store, live, with_payload=["doc_id", "content_hash", "source"], with_vectors=False):
-        payload = record.payload or {}
+    for point in store.scroll(live, payload=["doc_id", "content_hash", "source"]):
+        payload = point.payload
         doc_id = str(payload.get("doc_id", ""))
         seen = found.get(doc_id)
         found[doc_id] = LiveDocument(
@@ -297,20 +283,6 @@ def stored_embed_text(payload: Mapping[str, Any]) -> str:
         f"{stored_context(payload)}\n{payload.get('text', '')}",
         str(payload.get("description_zh", "") or ""),
         str(payload.get("description_en", "") or ""),
-    )
-
-
-def _store_point(record: Any) -> StorePoint:
-    vectors = record.vector if isinstance(record.vector, dict) else {}
-    dense = vectors.get(DENSE)
-    sparse = vectors.get(SPARSE)
-    return StorePoint(
-        point_id=str(record.id),
-        dense=dense if isinstance(dense, list) else [],
-        sparse=SparseVector(list(sparse.indices), list(sparse.values))
-        if isinstance(sparse, models.SparseVector)
-        else SparseVector([], []),
-        payload=dict(record.payload or {}),
     )
 
 
@@ -419,14 +391,14 @@ def reindex(
     live_doc_ids: set[str] = set()  # for the index version: which documents this build deletes
     new_chunk_ids = {chunk.chunk_id for chunk in chunks}
     if live is not None and (copy_ids or reencode_ids or new_chunk_ids):
-        for record in _scroll(store, live, with_payload=True, with_vectors=False):
-            payload = dict(record.payload or {})
+        for point in store.scroll(live):
+            payload = point.payload
             doc_id = str(payload.get("doc_id", ""))
             live_doc_ids.add(doc_id)
             if doc_id in reencode_ids:
-                stored.append((str(record.id), payload))
+                stored.append((point.point_id, payload))
             elif doc_id in copy_ids:
-                chunks_by_doc.setdefault(doc_id, []).append(_indexed_chunk(str(record.id), payload))
+                chunks_by_doc.setdefault(doc_id, []).append(_indexed_chunk(point.point_id, payload))
                 document_fields.setdefault(doc_id, _document_fields(payload))
             elif payload.get("chunk_id") in new_chunk_ids and payload.get("described_at"):
                 described[str(payload["chunk_id"])] = payload
@@ -494,9 +466,9 @@ def reindex(
         advance(0)
         if copy_ids and live is not None:
             batch: list[StorePoint] = []
-            for record in _scroll(store, live, with_payload=True, with_vectors=True):
-                if (record.payload or {}).get("doc_id") in copy_ids:
-                    batch.append(_store_point(record))
+            for point in store.scroll(live, vectors=True):
+                if point.payload.get("doc_id") in copy_ids:
+                    batch.append(point)
                 if len(batch) >= batch_size:
                     store.upsert(collection, batch)
                     advance(len(batch))
@@ -581,8 +553,7 @@ def live_payloads(store: VectorStore, point_ids: Sequence[str]) -> dict[str, dic
     live = store.live_collection()
     if live is None or not point_ids:
         return {}
-    records = store.client.retrieve(live, ids=list(point_ids), with_payload=True, with_vectors=False)
-    return {str(record.id): dict(record.payload or {}) for record in records}
+    return store.retrieve(live, list(point_ids))
 
 
 def describe_points(
@@ -635,8 +606,9 @@ def describe_points(
 
 
 def refresh_live(store: VectorStore) -> None:
-    """Make searches see in-place writes to the live build: local mode answers from an in-memory copy, which
-    is reloaded by pointing the alias at the same build again (one alias operation, nothing deleted)."""
+    """Make this process's searches see in-place writes to the live build now: the in-memory replica is reloaded
+    by pointing the alias at the same build again (one alias operation, nothing deleted). Other processes'
+    replicas see the build's revision move and reload at their next `sync`."""
     live = store.live_collection()
     if store.use_memory and live is not None:
         store.activate(live)

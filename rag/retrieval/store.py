@@ -1,16 +1,18 @@
-"""The vector store: Qdrant collections built aside and published through an alias.
+"""The vector store: index builds made aside and published through an alias, searched from memory or by Qdrant.
 
 Each index build is its own collection ``<alias>__<version>`` with a named dense vector ("dense", cosine) and a
-named sparse vector ("bm25", IDF applied by Qdrant). The live name is a Qdrant alias: a reindex fills a new
-collection while searches keep hitting the old one, then one alias operation switches them, so a search sees
-either the old or the new index, never a half-built one. When queries go through Qdrant (a server), the build a
-switch replaces is kept (behind a second alias, ``<alias>_previous``) until the next switch: a query that resolved
-the alias just before the switch is still running on it, and deleting it under that query made the query fail as
-"not found", an empty answer during the switch. The build before that is deleted at the next switch. The memory
-engine (local mode) deletes the replaced build at once: its queries run on the in-memory copy they took.
+named sparse vector ("bm25", BM25 IDF). The live name is an alias: a reindex fills a new collection while
+searches keep hitting the old one, then one alias operation switches them, so a search sees either the old or the
+new index, never a half-built one. Where other processes read the store (the database, a Qdrant server), the
+build a switch replaces is kept (behind a second alias, ``<alias>_previous``) until the next switch: a query, or
+another worker loading its replica, that resolved the alias just before the switch still finds it. Qdrant's local
+mode (one process) deletes the replaced build at once.
 
-Wraps the sync `QdrantClient`: local mode (``path=``, the embedded default) or a server (``url=``). In local mode
-queries are answered by a `MemoryIndex` (see there why); `engine="qdrant"` forces Qdrant's Query API.
+Storage is a backend (`rag.retrieval.backends`): the Django database (the default without `QDRANT_URL`, see
+`rag.retrieval.db_backend`), a Qdrant server, or qdrant-client's local mode (tests, benchmarks). With the database
+or local mode, queries are answered by a `MemoryIndex`, an exact in-memory replica of the live build; `sync()`
+reloads it when another process switched the live build or wrote into it (a server calls it every half second:
+`rag.retrieval.replica`). A Qdrant server answers its own queries (`engine="qdrant"`, its Query API).
 Each build also carries an `IndexVersion` in its metadata: what answers drawn from the index (the semantic
 cache's) depend on. It survives incremental builds and changes only when every answer may be wrong.
 
@@ -20,7 +22,6 @@ Everything here blocks: async callers use `asyncio.to_thread`.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,45 +33,50 @@ import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from rag.retrieval.backends import (
+    DENSE,
+    KEYWORD_FIELDS,
+    SPARSE,
+    AliasOperation,
+    CollectionNotFound,
+    QdrantBackend,
+    StoreBackend,
+    StoreError,
+    StoreLockedError,
+    StorePoint,
+    is_not_found,
+)
 from rag.retrieval.memory_index import MemoryIndex, MemoryRecord
 from rag.retrieval.sparse import SparseVector
 
+__all__ = [
+    "DENSE",
+    "KEYWORD_FIELDS",
+    "SEARCH_MODES",
+    "SPARSE",
+    "CollectionNotFound",
+    "Engine",
+    "IndexVersion",
+    "SearchMode",
+    "SearchSettings",
+    "StoreError",
+    "StoreHit",
+    "StoreLockedError",
+    "StorePoint",
+    "VectorStore",
+    "open_store_from_settings",
+    "rescore",
+    "rrf",
+]
+
 logger = logging.getLogger(__name__)
 
-DENSE = "dense"
-SPARSE = "bm25"
 SearchMode = Literal["sparse", "dense", "hybrid_rrf", "hybrid_rescore"]
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 Engine = Literal["auto", "memory", "qdrant"]
-# fields the retriever filters on; a server indexes them, local mode has no payload indexes
-KEYWORD_FIELDS = ("language", "kind", "doc_id")
 VERSION_KEY = "index_version"  # the build metadata's key for its IndexVersion
 # documents an IndexVersion remembers as changed; past this a build starts a new lineage (the metadata stays small)
 MAX_CHANGED_DOCUMENTS = 10_000
-
-
-class StoreError(RuntimeError):
-    pass
-
-
-class StoreLockedError(StoreError):
-    """The local store's folder is locked by another process (Qdrant local mode allows one)."""
-
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        super().__init__(
-            f"the embedded vector store at {self.path} is locked by another process, probably the running "
-            "server (Qdrant local mode lets one process open it). Stop that process, or configure QDRANT_URL "
-            "to use a Qdrant server that many processes can share."
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StorePoint:
-    point_id: str  # a UUID string (Qdrant ids are unsigned ints or UUIDs)
-    dense: Sequence[float]
-    sparse: SparseVector
-    payload: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,18 +148,23 @@ class IndexVersion:
 
 
 class VectorStore:
-    def __init__(self, client: QdrantClient, alias: str, *, local: bool, location: str, engine: Engine = "auto"):
+    def __init__(self, backend: StoreBackend, alias: str, *, engine: Engine = "auto") -> None:
         if engine not in get_args(Engine):
             raise ValueError(f"engine must be one of {get_args(Engine)}")
-        self.client = client
+        self.backend = backend
         self.alias = alias
-        self.local = local
-        self.location = location
-        self.use_memory = engine == "memory" or (engine == "auto" and local)
-        if self.use_memory and not local:
-            raise ValueError("the memory engine needs local mode: a server may be written by other processes")
+        # one process only (Qdrant local mode): this process sees every write, and owns the folder
+        self.local = backend.kind == "qdrant-local"
+        self.location = backend.location
+        replicable = backend.kind in ("qdrant-local", "database")
+        self.use_memory = engine == "memory" or (engine == "auto" and replicable)
+        if self.use_memory and not replicable:
+            raise ValueError("the memory engine needs a store it can load from: the database or local mode")
+        if engine == "qdrant" and backend.kind == "database":
+            raise ValueError("the database store has no query engine of its own: use the memory engine")
         self._write_lock = threading.Lock()
-        self._memory: tuple[str, MemoryIndex] | None = None  # (collection name, index), swapped whole
+        # (collection, revision, index), swapped whole; searches read it without a lock
+        self._memory: tuple[str, int, MemoryIndex] | None = None
         self._memory_lock = threading.Lock()
         self._version: tuple[str, IndexVersion] | None = None  # (collection, its version): a build's never changes
         self._closed = False
@@ -171,28 +182,29 @@ class VectorStore:
         timeout: float = 10.0,
         engine: Engine = "auto",
     ) -> VectorStore:
-        """A server when `url` is set, else local mode in `path`. Raises `StoreLockedError` if `path` is taken."""
-        if url:
-            client = QdrantClient(url=url, api_key=api_key or None, timeout=int(timeout))
-            return cls(client, alias, local=False, location=url, engine=engine)
-        if path is None:
-            raise ValueError("either url or path is needed")
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            # searches run on worker threads; writes are serialised by this class, so the check is not needed
-            client = QdrantClient(path=str(folder), force_disable_check_same_thread=True)
-        except RuntimeError as exc:
-            if "already accessed by another instance" in str(exc):
-                raise StoreLockedError(folder) from exc
-            raise
-        return cls(client, alias, local=True, location=str(folder), engine=engine)
+        """A Qdrant server when `url` is set, else Qdrant's local mode in `path` (one process; raises
+        `StoreLockedError` if `path` is taken). The database store is `open_database`."""
+        return cls(QdrantBackend.open(path=path, url=url, api_key=api_key, timeout=timeout), alias, engine=engine)
+
+    @classmethod
+    def open_database(cls, alias: str, *, using: str = "default") -> VectorStore:
+        """The store kept in the Django database (`rag.models`), answered from an in-memory replica."""
+        from rag.retrieval.db_backend import DatabaseBackend
+
+        return cls(DatabaseBackend(using=using), alias)
+
+    @property
+    def client(self) -> QdrantClient:
+        """The Qdrant client of a Qdrant backend (its Query API; tests)."""
+        if not isinstance(self.backend, QdrantBackend):
+            raise StoreError(f"the {self.backend.kind} store has no Qdrant client")
+        return self.backend.client
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._memory = None
-            self.client.close()
+            self.backend.close()
 
     def __enter__(self) -> VectorStore:
         return self
@@ -207,28 +219,29 @@ class VectorStore:
         """The alias of the build the last switch replaced (not ``<alias>__*``: that names builds)."""
         return f"{self.alias}_previous"
 
-    def _aliases(self) -> dict[str, str]:
-        return {alias.alias_name: alias.collection_name for alias in self.client.get_aliases().aliases}
+    @property
+    def keeps_replaced(self) -> bool:
+        """Whether a switch keeps the build it replaces (other processes may still read it)."""
+        return self.backend.shared or not self.use_memory
 
     def live_collection(self) -> str | None:
         """The collection the alias points at (None before the first build)."""
-        return self._aliases().get(self.alias)
+        return self.backend.aliases().get(self.alias)
 
     def previous_collection(self) -> str | None:
         """The build the last switch replaced, kept until the next one (None if there is none)."""
-        return self._aliases().get(self.previous_alias)
+        return self.backend.aliases().get(self.previous_alias)
 
     def builds(self) -> list[str]:
         """Every collection built for this alias, live or not, oldest first."""
-        prefix = f"{self.alias}__"
-        return sorted(c.name for c in self.client.get_collections().collections if c.name.startswith(prefix))
+        return self.backend.collections(f"{self.alias}__")
 
     def metadata(self) -> dict[str, Any]:
         """What the indexer stored with the live build (embedder, bm25 avgdl, counts); {} if none."""
         live = self.live_collection()
         if live is None:
             return {}
-        return dict(self.client.get_collection(live).config.metadata or {})
+        return self.backend.collection_info(live)[1]
 
     def index_version(self) -> IndexVersion | None:
         """The live build's `IndexVersion` (None before the first build). As cheap as `live_collection()`: a
@@ -240,18 +253,16 @@ class VectorStore:
         if known is not None and known[0] == live:
             return known[1]
         try:
-            metadata = self.client.get_collection(live).config.metadata or {}
-        except (ValueError, UnexpectedResponse) as exc:
-            if _is_not_found(exc):  # replaced between the two reads; the next call sees the new one
-                return None
-            raise
+            metadata = self.backend.collection_info(live)[1]
+        except CollectionNotFound:  # replaced between the two reads; the next call sees the new one
+            return None
         version = IndexVersion.of_build(metadata, live)
         self._version = (live, version)
         return version
 
     def count(self) -> int:
         live = self.live_collection()
-        return 0 if live is None else self.client.count(live, exact=True).count
+        return 0 if live is None else self.backend.count(live)
 
     def is_empty(self) -> bool:
         return self.count() == 0
@@ -266,102 +277,131 @@ class VectorStore:
         name = f"{self.alias}__{new_version()}"
         metadata = {**(metadata or {}), VERSION_KEY: (version or IndexVersion(name)).to_metadata()}
         with self._write_lock:
-            self.client.create_collection(
-                name,
-                vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)},
-                sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-                metadata=metadata,
-            )
-            if self.local:
-                self._fast_local_writes(name)
-            else:
-                for field in KEYWORD_FIELDS:
-                    self.client.create_payload_index(name, field, models.PayloadSchemaType.KEYWORD)
+            self.backend.create_collection(name, dim=dim, metadata=metadata)
         return name
-
-    def _fast_local_writes(self, collection: str) -> None:
-        """WAL + synchronous=NORMAL on the build's SQLite file: local mode commits (and fsyncs) once per point,
-        which made indexing DRCD take 10 s of its 22. WAL stays crash-safe (no corruption, at worst the last
-        commits are lost, and an unpublished build is rebuilt anyway). Reaches into qdrant-client internals, so
-        it quietly does nothing if they change: slower, never wrong.
-        """
-        try:
-            connection = self.client._client.collections[collection].storage.storage  # type: ignore[union-attr]
-        except (AttributeError, KeyError):
-            return
-        if isinstance(connection, sqlite3.Connection):
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
 
     def upsert(self, collection: str, points: Sequence[StorePoint]) -> None:
         if not collection.startswith(f"{self.alias}__"):
             raise StoreError(f"{collection!r} is not a build of {self.alias!r}")
-        structs = [
-            models.PointStruct(
-                id=p.point_id,
-                vector={
-                    DENSE: list(p.dense),
-                    SPARSE: models.SparseVector(indices=p.sparse.indices, values=p.sparse.values),
-                },
-                payload=p.payload,
-            )
-            for p in points
-        ]
-        if structs:
+        if points:
             with self._write_lock:
-                self.client.upsert(collection, points=structs, wait=True)
+                self.backend.upsert(collection, points)
+
+    def scroll(self, collection: str, *, payload: bool | Sequence[str] = True, vectors: bool = False) -> Any:
+        """Every point of a build (an iterator of `StorePoint`; without `vectors` their vectors are empty)."""
+        return self.backend.scroll(collection, payload=payload, vectors=vectors)
+
+    def retrieve(self, collection: str, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Payloads of points of a build by point id (missing ids are left out)."""
+        return self.backend.retrieve(collection, point_ids) if point_ids else {}
 
     def activate(self, collection: str) -> str | None:
         """Point the alias at `collection` in one operation; returns the build it replaces.
 
-        When queries go through Qdrant (a server, or `engine="qdrant"`), the replaced build stays, as
-        `previous_collection()`, for queries already running on it, and the one it replaced in turn is deleted.
-        The memory engine deletes the replaced build at once: its queries run on the in-memory copy they took,
-        and keeping a second build in local mode would double what the owning process holds. Pointing the alias
-        at the live build again (to reload local mode's in-memory copy) changes nothing else.
+        Where other processes read the store (`keeps_replaced`), the replaced build stays, as
+        `previous_collection()`, for queries and replica loads already running on it, and the one it replaced
+        in turn is deleted. Local mode deletes the replaced build at once: its queries run on the in-memory copy
+        they took. Pointing the alias at the live build again (to reload the in-memory copy after writes into
+        it) changes nothing else.
         """
         memory = self._load_memory(collection) if self.use_memory else None
-        keep_replaced = not self.use_memory
+        keep_replaced = self.keeps_replaced
         with self._write_lock:
-            aliases = self._aliases()
+            aliases = self.backend.aliases()
             previous = aliases.get(self.alias)
             retired = aliases.get(self.previous_alias)
             replaced = previous if previous != collection else None
-            operations: list[models.AliasOperations] = []
+            operations: list[AliasOperation] = []
             if previous is not None:
-                operations.append(_delete_alias(self.alias))
-            operations.append(_create_alias(self.alias, collection))
+                operations.append(("delete", self.alias, ""))
+            operations.append(("create", self.alias, collection))
             doomed: list[str] = []
             if replaced is not None:
                 if retired is not None:
-                    operations.append(_delete_alias(self.previous_alias))
+                    operations.append(("delete", self.previous_alias, ""))
                     doomed.append(retired)
                 if keep_replaced:
-                    operations.append(_create_alias(self.previous_alias, replaced))
+                    operations.append(("create", self.previous_alias, replaced))
                 else:
                     doomed.append(replaced)
-            # one request: the server applies the list atomically, so no search finds the alias missing
-            self.client.update_collection_aliases(change_aliases_operations=operations)
+            self.backend.update_aliases(operations)
             if memory is not None:
                 # under the loader's lock: a search lazily loading the old build must not overwrite this one
                 with self._memory_lock:
-                    self._memory = (collection, memory)
+                    self._memory = (collection, memory[0], memory[1])
             kept = replaced if keep_replaced else None
             for name in dict.fromkeys(doomed):
                 # the retired build is two switches old: a query that started on it had a whole build's time
                 if name not in (collection, kept):
-                    self.client.delete_collection(name)
+                    self.backend.delete_collection(name)
         return previous
 
     def drop(self, collection: str) -> None:
         """Delete a build that was never activated (a failed or cancelled reindex)."""
-        aliases = self._aliases()
+        aliases = self.backend.aliases()
         if collection == aliases.get(self.alias):
             raise StoreError(f"{collection!r} is live; activate another build first")
         if collection == aliases.get(self.previous_alias):
             raise StoreError(f"{collection!r} is the previous build, kept for queries in flight until the next switch")
         with self._write_lock:
-            self.client.delete_collection(collection)
+            self.backend.delete_collection(collection)
+
+    # --- the in-memory replica -------------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """Reload the in-memory replica if the live build, or what was written into it, changed since it was
+        loaded (another process switched or wrote); True when it did. One small query when nothing changed.
+        Stores that answer their own queries have nothing to sync."""
+        if not self.use_memory or self._closed:
+            return False
+        state = self.backend.live_state(self.alias)
+        current = self._memory
+        if state is None or (current is not None and (current[0], current[1]) == state):
+            return False
+        with self._memory_lock:
+            current = self._memory
+            if current is not None and (current[0], current[1]) == state:
+                return False  # loaded meanwhile (an activate in this process)
+            try:
+                revision, index = self._load_memory(state[0])
+            except CollectionNotFound:
+                return False  # replaced again while loading: the next sync takes the newer one
+            self._memory = (state[0], revision, index)
+        logger.info("retrieval replica: loaded %s (%d points, revision %d)", state[0], len(index), revision)
+        return True
+
+    def replica(self) -> tuple[str, int] | None:
+        """(collection, revision) of the in-memory replica, None when none is loaded."""
+        current = self._memory
+        return None if current is None else (current[0], current[1])
+
+    def _load_memory(self, collection: str) -> tuple[int, MemoryIndex]:
+        """(the build's revision when loading began, its points in a MemoryIndex). A write into the build while
+        it loads moves the revision again, so the next `sync` reloads."""
+        state = self.backend.live_state(self.alias)
+        revision = state[1] if state is not None and state[0] == collection else 0
+        dim = self.backend.collection_info(collection)[0]
+        records = [
+            MemoryRecord(point_id=p.point_id, dense=p.dense, sparse=p.sparse, payload=p.payload)
+            for p in self.backend.scroll(collection, payload=True, vectors=True)
+        ]
+        return revision, MemoryIndex(records, dim=dim)
+
+    def _current_memory(self) -> MemoryIndex | None:
+        current = self._memory
+        if current is not None:
+            return current[2]
+        with self._memory_lock:
+            if self._memory is None:
+                live = self.live_collection()
+                if live is None:
+                    return None
+                try:
+                    revision, index = self._load_memory(live)
+                except CollectionNotFound:
+                    return None
+                self._memory = (live, revision, index)
+            return self._memory[2]
 
     # --- searching -------------------------------------------------------------------------------------------
 
@@ -389,46 +429,6 @@ class VectorStore:
         return self._search_qdrant(query_dense, query_sparse, limit, language, kind, mode, settings)
 
     # memory engine
-
-    def _load_memory(self, collection: str) -> MemoryIndex:
-        info = self.client.get_collection(collection)
-        vectors = info.config.params.vectors
-        dim = vectors[DENSE].size if isinstance(vectors, dict) else 0
-        records: list[MemoryRecord] = []
-        offset: Any = None
-        while True:
-            batch, offset = self.client.scroll(
-                collection, limit=512, offset=offset, with_payload=True, with_vectors=True
-            )
-            for record in batch:
-                vectors = record.vector if isinstance(record.vector, dict) else {}
-                dense = vectors.get(DENSE)
-                sparse = vectors.get(SPARSE)
-                records.append(
-                    MemoryRecord(
-                        point_id=str(record.id),
-                        dense=dense if isinstance(dense, list) else [],
-                        sparse=SparseVector(list(sparse.indices), list(sparse.values))
-                        if isinstance(sparse, models.SparseVector)
-                        else SparseVector([], []),
-                        payload=dict(record.payload or {}),
-                    )
-                )
-            if offset is None:
-                break
-        return MemoryIndex(records, dim=dim)
-
-    def _current_memory(self) -> MemoryIndex | None:
-        current = self._memory
-        if current is not None:
-            return current[1]
-        with self._memory_lock:
-            if self._memory is None:
-                live = self.live_collection()
-                if live is None:
-                    return None
-                self._memory = (live, self._load_memory(live))
-            return self._memory[1]
 
     def _search_memory(
         self,
@@ -515,7 +515,7 @@ class VectorStore:
                 ).points
         except (ValueError, UnexpectedResponse) as exc:
             # no alias yet (before the first build): local mode says ValueError "not found", a server 404
-            if _is_not_found(exc):
+            if is_not_found(exc):
                 return []
             raise
         return [_hit(p) for p in points]
@@ -560,38 +560,21 @@ class VectorStore:
 
 
 def open_store_from_settings(*, engine: Engine = "auto") -> VectorStore:
-    """The store Django settings configure (QDRANT_URL + QDRANT_API_KEY, else local QDRANT_PATH; alias
-    QDRANT_COLLECTION). The one function here that reads settings, for wiring and commands; everything else in
-    rag.retrieval takes its configuration as arguments. Raises `StoreLockedError` when another process holds
-    the local store.
+    """The store Django settings configure: a Qdrant server with QDRANT_URL (+ QDRANT_API_KEY), else the
+    database; alias QDRANT_COLLECTION. The one function here that reads settings, for wiring and commands;
+    everything else in rag.retrieval takes its configuration as arguments.
     """
     from django.conf import settings
 
-    return VectorStore.open(
-        settings.QDRANT_COLLECTION,
-        path=settings.QDRANT_PATH,
-        url=settings.QDRANT_URL or "",
-        api_key=settings.QDRANT_API_KEY or "",
-        engine=engine,
-    )
-
-
-def _create_alias(alias: str, collection: str) -> models.AliasOperations:
-    return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
-
-
-def _delete_alias(alias: str) -> models.AliasOperations:
-    return models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+    if settings.QDRANT_URL:
+        return VectorStore.open(
+            settings.QDRANT_COLLECTION, url=settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or "", engine=engine
+        )
+    return VectorStore.open_database(settings.QDRANT_COLLECTION)
 
 
 def _hit(point: models.ScoredPoint) -> StoreHit:
     return StoreHit(str(point.id), float(point.score), dict(point.payload or {}))
-
-
-def _is_not_found(exc: Exception) -> bool:
-    if isinstance(exc, UnexpectedResponse):
-        return exc.status_code == 404
-    return "not found" in str(exc)
 
 
 def rrf(rankings: Sequence[Sequence[tuple[int, float]]], *, k: int) -> list[tuple[int, float]]:

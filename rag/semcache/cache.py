@@ -1,15 +1,21 @@
 """`SemanticCache`: answers to context-free questions, found again by the embedding of a close enough question.
 
 The pipeline reaches it through `deps.cache` (see rag.nodes.cache_lookup / cache_store). A lookup embeds the
-normalised question and searches the cache collection within one scope (language, live index version, answer
-prompt version) for live entries above `threshold`; the best candidates then pass the false-hit guard
-(rag.semcache.guard), and the first that agrees with the question is a hit.
+normalised question and searches the entries of one scope (language, live index version, answer prompt version,
+producer: the backend, model and workflow that wrote the answer) for live entries above `threshold`; the best
+candidates then pass the false-hit guard (rag.semcache.guard), and the first that agrees with the question is a
+hit.
 
 The index version (`rag.retrieval.store.IndexVersion`) survives incremental reindexing: an entry stays servable
 across reindexes that leave the documents it cites alone. Each entry keeps the generation of the build its answer
 was retrieved from, and a candidate citing a document re-indexed or deleted since is never served (whichever
-process ran the reindex); the re-index hook and the purge delete such entries. The whole lookup is one thread hop:
-embedding and scoring are CPU work, and a Qdrant server is a blocking client.
+process ran the reindex); the re-index hook and the purge delete such entries. A network embedder's query vector is
+awaited on the event loop (no thread waits on its round trip); the rest of the lookup (a CPU embedding, scoring,
+a Qdrant server's blocking client) is one hop to a small executor of the cache's own, so a slow store can never
+take the default executor's threads from everything else.
+
+An entry names its producer (`producer_of`): after a change of model, backend or workflow, and with the answer
+prompt's version for a prompt change, old answers are misses at once and the purge deletes them.
 
 Nothing the hit path does touches the database: the answer and its sources are in the vector's payload, and hits
 are counted in memory and written in batches by the writer thread. Stores are queued (bounded; a full queue drops
@@ -31,15 +37,16 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rag.offline.terms import strip_question_words
-from rag.retrieval.embedding import Embedder
+from rag.retrieval.embedding import AsyncEmbedder, Embedder
 from rag.retrieval.store import IndexVersion
 from rag.semcache.guard import DEFAULT_KEY_TERMS, REASONS, KeyTerms, disagreement, features, question_normalize
-from rag.semcache.index import CacheIndex, CachePoint
+from rag.semcache.index import CacheIndex, QdrantCacheIndex
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +60,9 @@ ANSWER_PROMPT = "unified-agent-system"
 _DUPLICATE_SCORE = 0.999
 
 PromptVersion = Callable[[], Awaitable[str]]
+# the producers this deployment answers with now; None while unknown (nothing is purged for its producer then)
+Producers = Callable[[], Collection[str] | None]
+LOOKUP_THREADS = 4
 
 
 def embed_key(normalized: str) -> str:
@@ -122,6 +132,8 @@ class _StoreJob:
     doc_ids: list[str]
     prompt_version: str
     index_version: IndexVersion | None
+    producer: str
+    vector: list[float] | None  # a network embedder's vector, awaited on the loop; None: embed in the writer
 
 
 _STOP = object()
@@ -146,6 +158,7 @@ class SemanticCache:
         flush_interval: float = 5.0,
         purge_interval: float = 900.0,
         orphan_grace: float = 120.0,
+        producers: Producers | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not 0.0 < threshold <= 1.0:
@@ -166,7 +179,9 @@ class SemanticCache:
         self._flush_interval = flush_interval
         self._purge_interval = purge_interval
         self._orphan_grace = orphan_grace
+        self._producers = producers
         self._clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=LOOKUP_THREADS, thread_name_prefix="semantic-cache")
         self._queue: queue.Queue[_StoreJob | object] = queue.Queue(maxsize=max_pending_writes)
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
@@ -181,18 +196,34 @@ class SemanticCache:
 
     # --- the pipeline's protocol (rag.nodes.cache_lookup / cache_store) ----------------------------------------
 
-    async def lookup(self, question: str, *, language: str) -> dict[str, Any] | None:
+    def set_producers(self, producers: Producers) -> None:
+        """Where the purge learns which producers are configured now (the runtime, once it is built)."""
+        self._producers = producers
+
+    async def lookup(self, question: str, *, language: str, producer: str = "") -> dict[str, Any] | None:
         """{"answer", "sources"} of a live entry close enough to `question` that the guard accepts, or None."""
         if language not in self._languages or not question.strip():
             return None
         try:
             prompt_version = await self._prompt_version()
-            return await asyncio.to_thread(self._lookup_sync, question, language, prompt_version)
+            normalized = question_normalize(question)
+            vector = await self._network_vector(normalized)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._executor, self._lookup_sync, normalized, language, prompt_version, producer, vector
+            )
         except Exception:
             self._count("errors")
             raise  # cache_lookup logs it and answers the long way
 
-    async def store(self, question: str, *, language: str, answer: str, sources: list[dict[str, Any]]) -> None:
+    async def _network_vector(self, normalized: str) -> list[float] | None:
+        if isinstance(self.embedder, AsyncEmbedder):
+            return await self.embedder.aembed_query(embed_key(normalized))
+        return None
+
+    async def store(
+        self, question: str, *, language: str, answer: str, sources: list[dict[str, Any]], producer: str = ""
+    ) -> None:
         """Queue a grounded answer for the writer thread and return at once (a full queue drops it)."""
         doc_ids = sorted({str(s.get("doc_id")) for s in sources if s.get("doc_id")})
         if language not in self._languages or not answer.strip() or not question.strip() or not doc_ids:
@@ -203,9 +234,11 @@ class SemanticCache:
         except Exception:
             self._count("errors")
             raise
+        normalized = question_normalize(question)
+        vector = await self._network_vector(normalized)
         job = _StoreJob(
             question=question,
-            normalized=question_normalize(question),
+            normalized=normalized,
             language=language,
             answer=answer,
             sources=[dict(s) for s in sources],
@@ -213,6 +246,8 @@ class SemanticCache:
             prompt_version=prompt_version,
             # the version this request's lookup just saw, i.e. the index the answer was retrieved from
             index_version=self._versions.peek(),
+            producer=producer,
+            vector=vector,
         )
         self._ensure_writer()
         try:
@@ -223,20 +258,20 @@ class SemanticCache:
 
     # --- lookups -----------------------------------------------------------------------------------------------
 
-    def _lookup_sync(self, question: str, language: str, prompt_version: str) -> dict[str, Any] | None:
-        normalized = question_normalize(question)
+    def _lookup_sync(
+        self, normalized: str, language: str, prompt_version: str, producer: str, vector: list[float] | None
+    ) -> dict[str, Any] | None:
         index_version = self._versions.get()
         if index_version is None:
             self._count("misses")
             return None
-        vector = self.embedder.embed_query(embed_key(normalized))
+        if vector is None:
+            vector = self.embedder.embed_query(embed_key(normalized))
         candidates = [
             candidate
             for candidate in self.index.search(
                 vector,
-                language=language,
-                index_version=index_version.version,
-                prompt_version=prompt_version,
+                (language, index_version.version, prompt_version, producer),
                 now=self._clock(),
                 limit=self._candidates,
                 threshold=self.threshold,
@@ -330,18 +365,20 @@ class SemanticCache:
                     self._queue.task_done()
 
     def _write(self, batch: Sequence[_StoreJob]) -> None:
-        from rag.semcache.services import NewEntry, cache_entries_create
+        from rag.semcache.services import NewEntry
 
         now = self._clock()
         current = self._versions.get()
-        points: list[CachePoint] = []
         entries: list[NewEntry] = []
+        vectors: list[Sequence[float]] = []
+        payloads: list[dict[str, Any]] = []
         seen: set[tuple[str, ...]] = set()
         room = self._max_entries - self.index.known_size()
         for job in batch:
             # the version this answer was retrieved at; it is stored only if the live index would still give it
             seen_at = job.index_version or current
-            scope = (job.language, seen_at.version if seen_at else "", job.prompt_version, job.normalized)
+            version = seen_at.version if seen_at else ""
+            scope = (job.language, version, job.prompt_version, job.producer, job.normalized)
             if (
                 seen_at is None
                 or current is None
@@ -351,11 +388,11 @@ class SemanticCache:
             ):
                 self._count("store_skipped")
                 continue
-            vector = self.embedder.embed_query(embed_key(job.normalized))
+            vector = job.vector if job.vector is not None else self.embedder.embed_query(embed_key(job.normalized))
             if self._is_stored(vector, job, seen_at.version, now):
                 self._count("store_skipped")  # asked twice before the first answer was cached
                 continue
-            if len(points) >= room:
+            if len(entries) >= room:
                 self._count("store_full")
                 continue
             seen.add(scope)
@@ -371,31 +408,25 @@ class SemanticCache:
                 prompt_version=job.prompt_version,
                 created_at=now,
                 expires_at=now + self.ttl,
+                producer=job.producer,
+                index_generation=seen_at.generation,
             )
             entries.append(entry)
-            points.append(CachePoint(entry.entry_id, vector, _payload(entry, generation=seen_at.generation)))
-        if not points:
+            vectors.append(vector)
+            payloads.append(_payload(entry))
+        if not entries:
             return
         try:
-            self.index.upsert(points)
+            self.index.add(entries, vectors, payloads)
         except Exception:
-            self._count("errors", len(points))
+            self._count("errors", len(entries))
             raise
-        try:
-            cache_entries_create(entries=entries)
-        except Exception:
-            # Without its row an entry could not be listed or deleted by staff: take the vectors back.
-            self._count("errors", len(points))
-            self.index.delete(p.entry_id for p in points)
-            raise
-        self._count("stores", len(points))
+        self._count("stores", len(entries))
 
     def _is_stored(self, vector: Sequence[float], job: _StoreJob, index_version: str, now: float) -> bool:
         same = self.index.search(
             vector,
-            language=job.language,
-            index_version=index_version,
-            prompt_version=job.prompt_version,
+            (job.language, index_version, job.prompt_version, job.producer),
             now=now,
             limit=1,
             threshold=_DUPLICATE_SCORE,
@@ -430,14 +461,19 @@ class SemanticCache:
         """Delete expired entries, entries of another index version or citing documents re-indexed since their
         answer, and orphans (a vector without its row or the reverse, older than `orphan_grace`); returns how
         many went. Blocking."""
-        from rag.semcache.selectors import cache_entry_ids_created_before, cache_entry_ids_existing
+        from rag.semcache.selectors import cache_entry_ids_existing
         from rag.semcache.services import cache_entries_delete, cache_entries_purge
 
         now = self._clock()
         version = self._versions.get()
         self._purged_for = version
-        stale = self.index.ids_matching(expired_at=now, not_index_version=version.version if version else "")
-        stale.update(cache_entries_purge(now=now, index_version=version.version if version else None))
+        producers = self._producers() if self._producers is not None else None
+        stale = self.index.ids_matching(
+            expired_at=now, not_index_version=version.version if version else "", producers=producers
+        )
+        stale.update(
+            cache_entries_purge(now=now, index_version=version.version if version else None, producers=producers)
+        )
         self.forget(stale)
         if version is not None and version.changed:
             # still in scope, but citing a document re-indexed since (the reindex ran where no hook saw it)
@@ -448,7 +484,7 @@ class SemanticCache:
         settled = {entry_id for entry_id, created in vectors.items() if created < now - self._orphan_grace}
         orphans = settled - cache_entry_ids_existing(ids=settled)
         self.forget(orphans)
-        rows_alone = cache_entry_ids_created_before(before=now - self._orphan_grace) - vectors.keys()
+        rows_alone = self.index.rows_without_vectors(before=now - self._orphan_grace, vectors=vectors.keys())
         cache_entries_delete(ids=rows_alone, cache=self)
         purged = len(stale) + len(orphans) + len(rows_alone)
         with self._lock:
@@ -509,6 +545,7 @@ class SemanticCache:
             except queue.Full:
                 logger.warning("semantic cache: writer did not drain in %.1fs; queued answers are lost", timeout)
             thread.join(timeout)
+        self._executor.shutdown(wait=False)
         deactivate(self)
 
     def stats(self) -> dict[str, Any]:
@@ -552,12 +589,13 @@ def _outdated(payload: dict[str, Any], version: IndexVersion) -> bool:
     return version.outdated((str(d) for d in payload.get("doc_ids") or ()), since)
 
 
-def _payload(entry: Any, *, generation: int) -> dict[str, Any]:
+def _payload(entry: Any) -> dict[str, Any]:
     return {
         "entry_id": entry.entry_id,
         "language": entry.language,
         "index_version": entry.index_version,
-        "index_generation": generation,
+        "index_generation": entry.index_generation,
+        "producer": entry.producer,
         "prompt_version": entry.prompt_version,
         "created_at": entry.created_at,
         "expires_at": entry.expires_at,
@@ -603,22 +641,29 @@ def build_semantic_cache(
     index_version_ttl: float = 1.0,
     **options: Any,
 ) -> SemanticCache:
-    """The process's cache over the `VectorStore`'s own client (its collection ``<alias>_semcache``). Blocking:
-    call it where the store is opened (`build_deps`, off the event loop).
+    """The process's cache beside the `VectorStore`: in the database when the store is (the entries' rows hold
+    their vectors), else in a Qdrant collection ``<alias>_semcache`` through the store's own client. Blocking: call
+    it where the store is opened (`build_deps`, off the event loop).
 
     `prompts` is `deps.prompts`: entries are tagged with the answer prompt's production version, and None
     (offline) tags them "offline"; `prompt_version` replaces that source. `options` go to `SemanticCache`
     (threshold, ttl, max_entries, flush_interval, purge_interval, clock...).
     """
-    index = CacheIndex(
-        store.client,
-        f"{store.alias}_semcache",
-        dim=embedder.dim,
-        embedder_name=embedder.name,
-        mirror=bool(store.use_memory),
-        local=bool(store.local),
-        key_terms=key_terms,
-    )
+    index: CacheIndex
+    if store.backend.kind == "database":
+        from rag.semcache.db_index import DatabaseCacheIndex
+
+        index = DatabaseCacheIndex(dim=embedder.dim, embedder_name=embedder.name, key_terms=key_terms)
+    else:
+        index = QdrantCacheIndex(
+            store.client,
+            f"{store.alias}_semcache",
+            dim=embedder.dim,
+            embedder_name=embedder.name,
+            mirror=bool(store.use_memory),
+            local=bool(store.local),
+            key_terms=key_terms,
+        )
     index.open()
     cache = SemanticCache(
         index=index,

@@ -1,4 +1,5 @@
-"""Semantic cache entries: the record staff see and delete. The vectors live in Qdrant (see rag.semcache.index)."""
+"""Semantic cache entries: the record staff see and delete, and (without a Qdrant server) the vectors every worker's
+in-memory copy is loaded from (see rag.semcache.index and rag.semcache.db_index)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,21 @@ class CacheEntry(models.Model):
     doc_ids = models.JSONField(default=list, blank=True, help_text="Documents the answer cites.")
     index_version = models.CharField(max_length=200, help_text="The search index build the answer came from.")
     prompt_version = models.CharField(max_length=200, help_text="The answer prompt's version ('offline' without LLM).")
+    producer = models.CharField(
+        max_length=300,
+        blank=True,
+        default="",
+        help_text="What wrote the answer: backend, model (or 'offline') and workflow version.",
+    )
+    index_generation = models.PositiveIntegerField(
+        default=0, help_text="The generation of the index build the answer was retrieved from."
+    )
+    vector = models.BinaryField(
+        null=True, editable=False, help_text="The question's embedding (float32), when the database holds vectors."
+    )
+    revision = models.PositiveBigIntegerField(
+        default=0, db_index=True, help_text="The cache revision that added it (workers' copies load newer ones)."
+    )
     hits = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(db_index=True)

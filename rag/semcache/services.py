@@ -2,14 +2,19 @@
 
 Everything here is sync ORM: the cache calls it from its writer thread, the admin from its (sync) views, and
 async code through `asyncio.to_thread`. Functions that remove entries take the cache whose vectors must go too;
-without one (a process that serves no requests, such as a management shell) only rows are deleted and the serving
-process drops the orphaned vectors at its next purge.
+without one (a process that serves no requests, such as a management shell) only rows are deleted: where the
+database holds the vectors too, every worker's copy drops them at its next sync (the deletion counter moves in
+the same transaction); with a Qdrant server the serving process drops the orphaned vectors at its next purge.
+
+Every write bumps the cache's `StoreRevision` in its own transaction, and new rows carry the revision that added
+them: a worker's copy (rag.semcache.db_index) loads the rows newer than the revision it has, and re-reads the
+ids when the deletion counter moved.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -17,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import F
 
+from rag.models import StoreRevision
 from rag.semcache.models import CacheEntry, CacheEntryDocument
 
 if TYPE_CHECKING:
@@ -38,14 +44,36 @@ class NewEntry:
     prompt_version: str
     created_at: float  # epoch seconds (the cache's clock)
     expires_at: float
+    producer: str = ""
+    index_generation: int = 0
+
+
+REVISION_NAME = "semcache"
+
+
+def cache_revision_bump(*, deleted: bool = False) -> int:
+    """Move the cache's revision (and its deletion counter) inside the caller's transaction; the new revision.
+
+    The UPDATE locks the row until commit, so revisions commit in order: a reader that sees revision r sees every
+    row stamped with r or less.
+    """
+    StoreRevision.objects.get_or_create(name=REVISION_NAME)
+    changes: dict[str, Any] = {"revision": F("revision") + 1}
+    if deleted:
+        changes["deletions"] = F("deletions") + 1
+    StoreRevision.objects.filter(name=REVISION_NAME).update(**changes)
+    return int(StoreRevision.objects.filter(name=REVISION_NAME).values_list("revision", flat=True).get())
 
 
 def _at(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
 
 
-def cache_entries_create(*, entries: Sequence[NewEntry]) -> None:
-    """Rows for new entries and their cited documents, in one transaction."""
+def cache_entries_create(*, entries: Sequence[NewEntry], vectors: Sequence[bytes] | None = None) -> None:
+    """Rows for new entries (with their vectors, float32 bytes, when the database holds them) and their cited
+    documents, in one transaction."""
+    if vectors is not None and len(vectors) != len(entries):
+        raise ValueError("one vector per entry")
     rows = [
         CacheEntry(
             id=entry.entry_id,
@@ -57,15 +85,21 @@ def cache_entries_create(*, entries: Sequence[NewEntry]) -> None:
             doc_ids=entry.doc_ids,
             index_version=entry.index_version,
             prompt_version=entry.prompt_version,
+            producer=entry.producer,
+            index_generation=entry.index_generation,
+            vector=None if vectors is None else vectors[position],
             created_at=_at(entry.created_at),
             expires_at=_at(entry.expires_at),
         )
-        for entry in entries
+        for position, entry in enumerate(entries)
     ]
     documents = [
         CacheEntryDocument(entry_id=entry.entry_id, doc_id=doc_id) for entry in entries for doc_id in entry.doc_ids
     ]
     with transaction.atomic():
+        revision = cache_revision_bump()
+        for row in rows:
+            row.revision = revision
         CacheEntry.objects.bulk_create(rows)
         CacheEntryDocument.objects.bulk_create(documents)
 
@@ -88,8 +122,12 @@ def _rows_delete(ids: Iterable[str]) -> int:
         return 0
     # Documents go by the cascade; count entries only.
     deleted = 0
-    for start in range(0, len(ids), 500):  # SQLite caps the number of query parameters
-        deleted += CacheEntry.objects.filter(pk__in=ids[start : start + 500]).delete()[1].get(CacheEntry._meta.label, 0)
+    with transaction.atomic():
+        for start in range(0, len(ids), 500):  # SQLite caps the number of query parameters
+            found = CacheEntry.objects.filter(pk__in=ids[start : start + 500]).delete()[1]
+            deleted += found.get(CacheEntry._meta.label, 0)
+        if deleted:
+            cache_revision_bump(deleted=True)
     return deleted
 
 
@@ -107,7 +145,9 @@ def cache_entries_delete_all(*, cache: SemanticCache | None = None) -> int:
     cache = cache or _active()
     if cache is not None:
         cache.forget_all()
-    deleted = CacheEntry.objects.all().delete()[1].get(CacheEntry._meta.label, 0)
+    with transaction.atomic():
+        deleted = CacheEntry.objects.all().delete()[1].get(CacheEntry._meta.label, 0)
+        cache_revision_bump(deleted=True)
     logger.info("semantic cache flushed: %d entries deleted", deleted)
     return deleted
 
@@ -133,13 +173,18 @@ def cache_entries_invalidate_for_documents(doc_ids: Iterable[str], *, cache: Sem
     return deleted
 
 
-def cache_entries_purge(*, now: float, index_version: str | None) -> list[str]:
-    """Delete rows that expired or belong to another index version; returns their ids (for their vectors)."""
+def cache_entries_purge(
+    *, now: float, index_version: str | None, producers: Collection[str] | None = None
+) -> list[str]:
+    """Delete rows that expired, belong to another index version or were written by a producer no longer
+    configured (None: keep any); returns their ids (for their vectors)."""
     from django.db.models import Q
 
     stale = Q(expires_at__lte=_at(now))
     if index_version:
         stale |= ~Q(index_version=index_version)
+    if producers is not None:
+        stale |= ~Q(producer__in=sorted(producers))
     ids = [str(pk) for pk in CacheEntry.objects.filter(stale).values_list("pk", flat=True)]
     _rows_delete(ids)
     return ids

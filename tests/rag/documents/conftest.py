@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rag.retrieval.embedding import LexicalEmbedder
-from rag.retrieval.store import VectorStore
+from rag.retrieval.store import VectorStore, open_store_from_settings
 from tests.rag.retrieval.conftest import CORPUS, write_corpus
 
 
@@ -57,13 +57,11 @@ def corpus(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def configured(settings: Any, tmp_path: Path, corpus: Path) -> Path:
-    """Settings pointing at the tmp corpus, a tmp data folder (uploads) and a tmp store; no LLM, no server."""
+def configured(settings: Any, tmp_path: Path, corpus: Path, private_index: str) -> Path:
+    """Settings pointing at the tmp corpus, a tmp data folder (uploads) and a store of the test's own; no LLM, no
+    server."""
     settings.CORPUS_DIR = corpus
     settings.DATA_DIR = tmp_path / "data"
-    settings.QDRANT_PATH = tmp_path / "qdrant"
-    settings.QDRANT_URL = ""
-    settings.QDRANT_COLLECTION = "helpcentre"
     settings.EMBEDDING_BASE_URL = ""
     settings.LLM_BASE_URL = ""
     settings.ASK_SERVER_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
@@ -73,7 +71,7 @@ def configured(settings: Any, tmp_path: Path, corpus: Path) -> Path:
 
 @pytest.fixture
 def store(configured: Path) -> Iterator[VectorStore]:
-    with VectorStore.open("helpcentre", path=configured / "qdrant") as opened:
+    with open_store_from_settings() as opened:
         yield opened
 
 
@@ -82,13 +80,7 @@ def doc_ids_of(store: VectorStore) -> set[str]:
     live = store.live_collection()
     if live is None:
         return set()
-    found: set[str] = set()
-    offset: Any = None
-    while True:
-        batch, offset = store.client.scroll(live, limit=256, offset=offset, with_payload=["doc_id"])
-        found.update(str((r.payload or {}).get("doc_id")) for r in batch)
-        if offset is None:
-            return found
+    return {str(point.payload.get("doc_id")) for point in store.scroll(live, payload=["doc_id"])}
 
 
 __all__ = ["CORPUS", "CountingEmbedder", "doc_ids_of", "write_corpus"]

@@ -17,7 +17,7 @@ class FakeCache:
         self.fail = fail
         self.lookups = []
 
-    async def lookup(self, question, *, language):
+    async def lookup(self, question, *, language, producer=""):
         self.lookups.append((question, language))
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -25,7 +25,7 @@ class FakeCache:
             raise ConnectionError("down")
         return self.entry
 
-    async def store(self, question, *, language, answer, sources):
+    async def store(self, question, *, language, answer, sources, producer=""):
         pass
 
 

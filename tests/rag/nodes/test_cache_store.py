@@ -11,10 +11,10 @@ class RecordingCache:
     def __init__(self):
         self.stored = []
 
-    async def lookup(self, question, *, language):
+    async def lookup(self, question, *, language, producer=""):
         return None
 
-    async def store(self, question, *, language, answer, sources):
+    async def store(self, question, *, language, answer, sources, producer=""):
         self.stored.append((question, language, answer, sources))
 
 

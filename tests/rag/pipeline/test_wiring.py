@@ -19,10 +19,8 @@ from rag.wiring import build_deps, configure_concurrency_manager, parse_node_map
 
 
 @pytest.fixture
-def isolated(settings: Any, tmp_path: Path) -> Iterator[Any]:
-    """Settings of this test's own: its own (empty) store folder, no live settings row, a fresh manager."""
-    settings.QDRANT_PATH = tmp_path / "qdrant"
-    settings.QDRANT_URL = ""
+def isolated(settings: Any, private_index: str) -> Iterator[Any]:
+    """Settings of this test's own: its own (empty) store, no live settings row, a fresh manager."""
     settings_forget()
     set_manager(LLMConcurrencyManager({"default": 1, "chat": 1, "responses": 1, "embedding": 1}))
     yield settings

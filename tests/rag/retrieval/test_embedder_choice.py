@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from rag.llm import OpenAIEmbedder
 from rag.retrieval.embedding import LexicalEmbedder, embedder_kind, index_batch_size
 from rag.retrieval.st_embedder import SentenceTransformerEmbedder, SentenceTransformersUnavailable
-from rag.retrieval.store import SearchSettings, VectorStore
+from rag.retrieval.store import SearchSettings
 from rag.wiring import build_deps, build_embedder, search_settings_from_settings
 
 HAS_PACKAGE = importlib.util.find_spec("sentence_transformers") is not None
@@ -102,16 +104,13 @@ def test_without_the_package_the_message_says_how_to_install_it(offline: Any, tm
 
 
 @pytest.mark.skipif(HAS_PACKAGE, reason="sentence-transformers is installed: the missing-package message cannot show")
-def test_start_up_refuses_before_the_store_is_taken(offline: Any, tmp_path: Path) -> None:
+@pytest.mark.django_db
+def test_start_up_refuses_before_the_store_is_opened(offline: Any, tmp_path: Path, private_index: str) -> None:
     offline.SENTENCE_TRANSFORMERS_MODEL = str(model_folder(tmp_path / "model"))
-    offline.QDRANT_URL = ""
-    offline.QDRANT_PATH = tmp_path / "qdrant"
-    offline.QDRANT_COLLECTION = "helpcentre"
     offline.LLM_BASE_URL = ""
-    with pytest.raises(ImproperlyConfigured, match="sentence-transformers package is missing"):
+    with CaptureQueriesContext(connection) as queries, pytest.raises(ImproperlyConfigured, match="package is missing"):
         build_deps()
-    with VectorStore.open("helpcentre", path=tmp_path / "qdrant") as store:  # not left locked
-        assert store.count() == 0
+    assert not [q for q in queries.captured_queries if "rag_index" in q["sql"]]  # the store was never read
 
 
 @pytest.mark.skipif(

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from rag.management.commands.eval_retrieval import gold_rank, percentile
-from rag.retrieval.store import VectorStore
+from rag.retrieval.store import open_store_from_settings
 from tests.rag.retrieval.fixtures.files import write_squad
 
 REQUIRED = {"recall@1", "recall@5", "recall@10", "mrr", "query_ms_p50", "query_ms_p95", "index_seconds", "questions"}
@@ -57,11 +57,10 @@ def test_every_mode_runs(squad_file: Path, mode: str) -> None:
     assert 0 <= result["recall@1"] <= result["recall@5"] <= result["recall@10"] <= 1
 
 
-def test_runs_while_the_live_store_is_held(squad_file: Path, tmp_path: Path, settings: object) -> None:
-    settings.QDRANT_PATH = tmp_path / "live"  # type: ignore[attr-defined]
-    settings.QDRANT_URL = ""  # type: ignore[attr-defined]
-    # the "server" holds the live local store (Qdrant local mode lets one process in); the evaluation has its own
-    with VectorStore.open("helpcentre", path=tmp_path / "live") as live:
+@pytest.mark.django_db(transaction=True)
+def test_the_evaluation_has_a_store_of_its_own(squad_file: Path, private_index: str) -> None:
+    # the live index (the deployment's, in the database) is neither read nor changed by an evaluation
+    with open_store_from_settings() as live:
         result = json.loads(run(str(squad_file), "--json")[0])
         assert live.builds() == []
     assert result["questions"] == 5

@@ -93,13 +93,13 @@ def test_reading_the_version_reads_a_build_s_metadata_once(
     indexed_store: VectorStore, documents: list[Document], embedder: LexicalEmbedder, monkeypatch: Any
 ) -> None:
     reads: list[str] = []
-    get_collection = indexed_store.client.get_collection
+    collection_info = indexed_store.backend.collection_info
 
-    def counted(name: str, *args: Any, **kwargs: Any) -> Any:
+    def counted(name: str) -> Any:
         reads.append(name)
-        return get_collection(name, *args, **kwargs)
+        return collection_info(name)
 
-    monkeypatch.setattr(indexed_store.client, "get_collection", counted)
+    monkeypatch.setattr(indexed_store.backend, "collection_info", counted)
     first = [indexed_store.index_version() for _ in range(5)]
     assert all(version is first[0] for version in first) and reads == [indexed_store.live_collection()]
 

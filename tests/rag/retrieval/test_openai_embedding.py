@@ -25,7 +25,7 @@ from rag.retrieval.embedding import LexicalEmbedder, aembed_query
 from rag.retrieval.indexer import build_compatible
 from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.sparse import BM25Encoder
-from rag.retrieval.store import VectorStore
+from rag.retrieval.store import VectorStore, open_store_from_settings
 from tests.rag.retrieval.conftest import write_corpus
 
 DIM = 32
@@ -74,11 +74,10 @@ def backend(sim: SimulatorProcess, **policy: Any) -> LLMBackend:
 
 
 @pytest.fixture
-def configured(settings: Any, tmp_path: Path, sim: SimulatorProcess, manager: LLMConcurrencyManager) -> Path:
-    settings.QDRANT_PATH = tmp_path / "qdrant"
-    settings.QDRANT_URL = ""
+def configured(
+    settings: Any, tmp_path: Path, sim: SimulatorProcess, manager: LLMConcurrencyManager, private_index: str
+) -> Path:
     settings.CORPUS_DIR = write_corpus(tmp_path / "corpus")
-    settings.QDRANT_COLLECTION = "helpcentre"
     settings.ASK_SERVER_URL = "http://127.0.0.1:9"
     settings.EMBEDDING_BASE_URL = sim.base_url
     settings.EMBEDDING_MODEL = "sim-embedding"
@@ -97,7 +96,7 @@ def reindex(*args: str) -> str:
 
 
 def open_store(root: Path) -> VectorStore:
-    return VectorStore.open("helpcentre", path=root / "qdrant")
+    return open_store_from_settings()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -154,7 +153,7 @@ def test_a_failing_embedding_server_names_the_endpoint_and_leaves_the_live_index
     reindex()
     with open_store(configured) as store:
         live, count = store.live_collection(), store.count()
-        collections_before = {c.name for c in store.client.get_collections().collections}
+        collections_before = set(store.builds())
     # the second batch fails twice: the policy's two attempts are spent
     sim.faults(endpoints=["embeddings"], fail_next=["ok", "500", "500"])
     with pytest.raises(CommandError) as info:
@@ -167,7 +166,7 @@ def test_a_failing_embedding_server_names_the_endpoint_and_leaves_the_live_index
     with open_store(configured) as store:
         assert (store.live_collection(), store.count()) == (live, count)
         # the build made aside was dropped
-        assert {c.name for c in store.client.get_collections().collections} == collections_before
+        assert set(store.builds()) == collections_before
 
 
 @pytest.mark.django_db(transaction=True)
@@ -225,7 +224,7 @@ async def test_query_embedding_is_awaited_on_the_loop(
 
     indexing = OpenAIEmbedder(backend(sim))
     documents = load_markdown_dir(write_corpus(tmp_path / "corpus"))
-    with VectorStore.open("helpcentre", path=tmp_path / "qdrant") as store:
+    with VectorStore.open("helpcentre", path=tmp_path / "qdrant") as store:  # a store of its own, no database
         indexing.bind_loop(asyncio.get_running_loop())
         await asyncio.to_thread(build_index, documents, store, indexing)
         # a fresh embedder knows no loop: its sync path from a thread would run a private loop

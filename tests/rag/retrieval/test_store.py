@@ -10,7 +10,16 @@ from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import build_index, chunk_documents, point_id
 from rag.retrieval.markdown import Document
 from rag.retrieval.sparse import BM25Encoder
-from rag.retrieval.store import SEARCH_MODES, SPARSE, StoreError, StoreLockedError, StorePoint, VectorStore
+from rag.retrieval.store import (
+    SEARCH_MODES,
+    SPARSE,
+    CollectionNotFound,
+    StoreError,
+    StoreLockedError,
+    StorePoint,
+    VectorStore,
+)
+from tests.rag.stores import STORE_KINDS, open_store
 
 ENCODER = BM25Encoder()
 
@@ -41,7 +50,7 @@ def test_build_writes_payload_metadata_and_alias(
     chunks = chunk_documents(documents)
     assert (report.documents, report.chunks, report.replaced) == (5, len(chunks), None)
     assert store.live_collection() == report.collection
-    assert report.collection.startswith("helpcentre__")
+    assert report.collection.startswith(f"{store.alias}__")
     assert store.count() == len(chunks)
     meta = store.metadata()
     assert meta["embedder"] == embedder.name
@@ -119,10 +128,33 @@ def test_reloading_the_live_build_or_switching_back_keeps_both_builds(
     assert store.count() == first.chunks
 
 
+@pytest.mark.parametrize("store_kind", [k for k in STORE_KINDS if k != "qdrant-local"], indirect=True)
+def test_a_shared_store_keeps_the_replaced_build_readable_until_the_next_switch(
+    store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    """Another worker may be loading its replica of the live build (or a server query may have resolved the
+    alias) just as the switch happens: the build it is reading stays whole until the switch after."""
+    assert store.keeps_replaced
+    first = build_index(documents, store, embedder)
+    second = build_index([d for d in documents if d.doc_id != "zh-enrolment"], store, embedder)
+    assert (second.replaced, store.previous_collection()) == (first.collection, first.collection)
+    assert {p.payload["doc_id"] for p in store.scroll(first.collection)} >= {"zh-enrolment"}
+    assert "zh-enrolment" not in ask(store, embedder, "報名課程")
+    with pytest.raises(StoreError, match="previous build"):
+        store.drop(first.collection)
+    third = build_index(documents, store, embedder)
+    assert third.replaced == second.collection and store.previous_collection() == second.collection
+    assert store.builds() == sorted([second.collection, third.collection])  # the first is gone
+    with pytest.raises(Exception) as gone:
+        list(store.scroll(first.collection))
+    assert isinstance(gone.value, CollectionNotFound) or "not found" in str(gone.value).lower()
+
+
+@pytest.mark.parametrize("store_kind", ["qdrant-local"], indirect=True)
 def test_the_memory_engine_deletes_the_replaced_build_at_once_and_a_search_in_flight_keeps_its_copy(
     store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
 ) -> None:
-    assert store.use_memory  # local mode's default engine
+    assert store.use_memory and not store.keeps_replaced  # local mode's default engine
     first = build_index(documents, store, embedder)
     in_flight = store._current_memory()  # what a search running during the switch holds
     assert in_flight is not None
@@ -199,21 +231,24 @@ def test_filters_on_language_and_kind(indexed_store: VectorStore, embedder: Lexi
 
 
 @pytest.mark.parametrize("mode", SEARCH_MODES)
-def test_memory_engine_matches_qdrant_query_api(
-    tmp_path: Path, documents: list[Document], embedder: LexicalEmbedder, mode: str
+def test_the_in_memory_replica_matches_qdrant_query_api(
+    store: VectorStore, tmp_path: Path, documents: list[Document], embedder: LexicalEmbedder, mode: str
 ) -> None:
-    """Local mode answers from numpy; the same request through Qdrant's Query API must rank the same."""
-    with VectorStore.open("helpcentre", path=tmp_path / "q", engine="memory") as memory:
-        build_index(documents, memory, embedder)
-        queries = ["忘記密碼怎麼辦", "How do I reset my password?", "課程報名截止", "classroom approval", "F-103"]
-        expected = {
-            q: [
-                (h.point_id, h.score)
-                for h in memory.search(embedder.embed_query(q), ENCODER.encode_query(q), limit=5, mode=mode)
-            ]  # type: ignore[arg-type]
-            for q in queries
-        }
-    with VectorStore.open("helpcentre", path=tmp_path / "q", engine="qdrant") as qdrant:
+    """The database and local mode answer from numpy; the same request through Qdrant's Query API must rank the
+    same."""
+    if not store.use_memory:
+        pytest.skip("a server answers with Qdrant's Query API itself")
+    build_index(documents, store, embedder)
+    queries = ["忘記密碼怎麼辦", "How do I reset my password?", "課程報名截止", "classroom approval", "F-103"]
+    expected = {
+        q: [
+            (h.point_id, h.score)
+            for h in store.search(embedder.embed_query(q), ENCODER.encode_query(q), limit=5, mode=mode)  # type: ignore[arg-type]
+        ]
+        for q in queries
+    }
+    with VectorStore.open("helpcentre", path=tmp_path / "reference", engine="qdrant") as qdrant:
+        build_index(documents, qdrant, embedder)
         for q in queries:
             hits = qdrant.search(embedder.embed_query(q), ENCODER.encode_query(q), limit=5, mode=mode)  # type: ignore[arg-type]
             got = [(h.point_id, h.score) for h in hits]
@@ -221,16 +256,20 @@ def test_memory_engine_matches_qdrant_query_api(
             assert [s for _, s in got] == pytest.approx([s for _, s in expected[q]], rel=1e-4), q
 
 
-def test_locked_store_raises_a_clear_error(store: VectorStore) -> None:
-    with pytest.raises(StoreLockedError, match="locked by another process, probably the running server") as info:
-        VectorStore.open("helpcentre", path=store.location)
-    assert info.value.path == Path(store.location)
+def test_a_locked_local_folder_raises_a_clear_error(tmp_path: Path) -> None:
+    with VectorStore.open("helpcentre", path=tmp_path / "q") as store:
+        with pytest.raises(StoreLockedError, match="locked by another process") as info:
+            VectorStore.open("helpcentre", path=store.location)
+        assert info.value.path == Path(store.location)
 
 
-def test_reopening_keeps_the_index(tmp_path: Path, documents: list[Document], embedder: LexicalEmbedder) -> None:
-    with VectorStore.open("helpcentre", path=tmp_path / "q") as first:
-        report = build_index(documents, first, embedder)
-    with VectorStore.open("helpcentre", path=tmp_path / "q") as again:
+def test_reopening_keeps_the_index(
+    store_kind: str, store: VectorStore, tmp_path: Path, documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    report = build_index(documents, store, embedder)
+    if store.local:
+        store.close()  # local mode: one process, one client at a time
+    with open_store(store_kind, tmp_path, alias=store.alias) as again:
         assert again.count() == report.chunks
         assert ask(again, embedder, "忘記密碼", limit=1) == ["zh-password-reset"]
 

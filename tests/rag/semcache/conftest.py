@@ -1,9 +1,10 @@
-"""A local vector store on tmp_path with a small indexed corpus, and semantic caches over it."""
+"""A vector store of every kind with a small indexed corpus, and semantic caches beside it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from rag.retrieval.markdown import load_markdown_dir
 from rag.retrieval.store import VectorStore
 from rag.semcache.cache import SemanticCache, build_semantic_cache
 from tests.rag.retrieval.conftest import write_corpus
+from tests.rag.stores import STORE_KINDS, open_store
 
 PASSWORD_SOURCES = [
     {"ref": 1, "doc_id": "zh-password-reset", "title": "如何重設密碼", "url": "https://help.example/zh/password-reset"}
@@ -63,9 +65,18 @@ def corpus_dir(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus")
 
 
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each cache test runs beside every kind of store: in the database (the entries' rows hold their vectors) and
+    in Qdrant (a collection beside the index)."""
+    # the cache writes from its own thread: its rows must be committed for the test to see them
+    request.getfixturevalue("transactional_db")
+    return str(request.param)
+
+
 @pytest.fixture
-def store(tmp_path: Path, corpus_dir: Path, embedder: LexicalEmbedder) -> Iterator[VectorStore]:
-    with VectorStore.open("helpcentre", path=tmp_path / "qdrant") as opened:
+def store(store_kind: str, tmp_path: Path, corpus_dir: Path, embedder: LexicalEmbedder) -> Iterator[VectorStore]:
+    with open_store(store_kind, tmp_path) as opened:
         build_index(load_markdown_dir(corpus_dir), opened, embedder)
         yield opened
 
@@ -79,7 +90,9 @@ def make_cache(
     def make(**options: Any) -> SemanticCache:
         # background timers far away: tests flush and purge explicitly
         options = {"clock": clock, "flush_interval": 3600.0, "purge_interval": 3600.0, **options}
-        cache = build_semantic_cache(store, embedder, index_version_ttl=0.0, **options)
+        # built off the event loop, as the product builds it (opening it reads the database)
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            cache = thread.submit(build_semantic_cache, store, embedder, index_version_ttl=0.0, **options).result()
         built.append(cache)
         return cache
 

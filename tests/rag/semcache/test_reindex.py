@@ -68,13 +68,13 @@ async def test_reindexing_one_changed_document_drops_only_the_answers_citing_it(
     hooked: SemanticCache, store: VectorStore, embedder: LexicalEmbedder, corpus_dir: Path
 ) -> None:
     await fill(hooked)
-    before = store.index_version()
+    before = await asyncio.to_thread(store.index_version)
     change_password_article(corpus_dir)
 
     job = await reindex(store, embedder, corpus_dir)
 
     assert (job.updated, job.unchanged) == (1, 4)
-    after = store.index_version()
+    after = await asyncio.to_thread(store.index_version)
     assert before is not None and after is not None
     assert after.version == before.version and after.generation == before.generation + 1
     assert await hooked.lookup(PASSWORD, language="zh-hant") is None
@@ -106,11 +106,11 @@ async def test_a_full_reindex_drops_every_answer(
     hooked: SemanticCache, store: VectorStore, embedder: LexicalEmbedder, corpus_dir: Path
 ) -> None:
     await fill(hooked)
-    before = store.index_version()
+    before = await asyncio.to_thread(store.index_version)
 
     job = await reindex(store, embedder, corpus_dir, full=True)
 
-    after = store.index_version()
+    after = await asyncio.to_thread(store.index_version)
     assert job.updated == 0  # nothing changed, and still every answer goes
     assert before is not None and after is not None and after.version != before.version
     assert await hooked.lookup(PASSWORD, language="zh-hant") is None

@@ -20,13 +20,11 @@ from tests.rag.telemetry.test_sampler import request_ids
 
 
 @pytest.fixture
-def process(settings: Any, tmp_path: Path) -> Iterator[Any]:
+def process(settings: Any, private_index: str) -> Iterator[Any]:
     """This process as a server: no live row applied yet, no runtime, telemetry (off: no keys) at the env's
-    rate, a store folder of the test's own."""
+    rate, a store of the test's own."""
     settings.LANGFUSE_PUBLIC_KEY = settings.LANGFUSE_SECRET_KEY = ""
     settings.LANGFUSE_SAMPLE_RATE = 1.0
-    settings.QDRANT_PATH = tmp_path / "qdrant"
-    settings.QDRANT_URL = ""
     settings.REDIS_URL = ""
     reset_runtime()
     reset_telemetry()

@@ -1,0 +1,67 @@
+"""The search index kept in the database: the source of truth every worker's in-memory replica is loaded from.
+
+Without `QDRANT_URL` the vector store (`rag.retrieval.store`) keeps its builds here (`rag.retrieval.db_backend`):
+one `IndexBuild` row per build (what Qdrant calls a collection), its points as `IndexPoint` rows (payload as
+JSON, vectors as little-endian float32/int32 bytes), and `IndexAlias` rows naming the live build and the one the
+last switch replaced (what Qdrant calls aliases). A switch rewrites the alias rows in one transaction, so every
+reader sees the old build or the new one, whole.
+
+`StoreRevision` holds one counter per thing a replica follows (an alias's live build, the semantic cache's
+entries): writers bump it in the transaction of their write, and a worker that sees it move reloads what changed.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class IndexBuild(models.Model):
+    name = models.CharField(max_length=200, unique=True, help_text="<alias>__<version>")
+    dim = models.PositiveIntegerField(help_text="dense vector dimension")
+    metadata = models.JSONField(default=dict, blank=True, help_text="what the indexer stored with the build")
+    # bumped by writes into the build after it was created (backfilled descriptions written in place)
+    revision = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IndexPoint(models.Model):
+    build = models.ForeignKey(IndexBuild, on_delete=models.CASCADE, related_name="points")
+    point_id = models.CharField(max_length=36, help_text="a UUID, the same in every build")
+    doc_id = models.CharField(max_length=500, blank=True)
+    payload = models.JSONField(default=dict)
+    dense = models.BinaryField(help_text="float32 little-endian")
+    sparse_indices = models.BinaryField(help_text="int32 little-endian, sorted")
+    sparse_values = models.BinaryField(help_text="float32 little-endian")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["build", "point_id"], name="rag_indexpoint_build_point")]
+        indexes = [models.Index(fields=["build", "doc_id"], name="rag_indexpoint_build_doc")]
+
+    def __str__(self) -> str:
+        return f"{self.build_id}:{self.point_id}"
+
+
+class IndexAlias(models.Model):
+    name = models.CharField(max_length=200, primary_key=True)
+    build = models.ForeignKey(IndexBuild, on_delete=models.PROTECT, related_name="aliases")
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.build_id}"
+
+
+class StoreRevision(models.Model):
+    name = models.CharField(max_length=200, primary_key=True)
+    revision = models.PositiveBigIntegerField(default=0)
+    # the semantic cache counts deletions apart: a replica then knows when added rows are not the whole story
+    deletions = models.PositiveBigIntegerField(default=0)
+    # what the counted rows were made with (the cache: its embedder, whose vectors only it can compare)
+    tag = models.CharField(max_length=300, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.revision}"

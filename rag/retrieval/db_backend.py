@@ -1,0 +1,177 @@
+"""The vector store's builds in the Django database (`rag.models`): the default without `QDRANT_URL`.
+
+The database is the one source of truth; nothing is searched in it. Each process that searches loads the live
+build into memory (`rag.retrieval.memory_index.MemoryIndex`, see `VectorStore`) and reloads it when the live
+build or its revision moves (`live_state`), which `rag.retrieval.replica` checks every half second in a server.
+So any number of workers, on one machine or several, and any command, share one index through `DATABASE_URL`
+(or one SQLite file), with no lock and no server beyond the database.
+
+Vectors are stored as bytes (float32 dense, int32 sparse indices, float32 sparse weights, little-endian) and
+read back with `numpy.frombuffer`, so loading 10,000 points is one query and no per-number Python object.
+Writes go in batches of `WRITE_BATCH` rows per transaction, so a long build never holds SQLite's write lock for
+more than a moment (chat answers are recorded meanwhile). Blocking: call it from a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from django.db import connections, transaction
+from django.db.models import F
+
+from rag.models import IndexAlias, IndexBuild, IndexPoint
+from rag.retrieval.backends import AliasOperation, BackendKind, CollectionNotFound, StorePoint
+from rag.retrieval.sparse import SparseVector
+
+WRITE_BATCH = 500
+READ_BATCH = 2000
+_F32 = np.dtype("<f4")
+_I32 = np.dtype("<i4")
+
+
+def dense_bytes(vector: Sequence[float] | np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=_F32).tobytes()
+
+
+def sparse_bytes(sparse: SparseVector) -> tuple[bytes, bytes]:
+    return np.asarray(sparse.indices, dtype=_I32).tobytes(), np.asarray(sparse.values, dtype=_F32).tobytes()
+
+
+class DatabaseBackend:
+    kind: BackendKind = "database"
+
+    def __init__(self, *, using: str = "default") -> None:
+        self.using = using
+        settings = connections[using].settings_dict
+        self.location = f"database {settings.get('NAME')} ({connections[using].vendor})"
+
+    @property
+    def shared(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing to release: connections belong to the threads that used them (Django closes them)."""
+
+    def _build(self, name: str) -> IndexBuild:
+        try:
+            return IndexBuild.objects.using(self.using).get(name=name)
+        except IndexBuild.DoesNotExist:
+            raise CollectionNotFound(f"collection {name} not found") from None
+
+    # --- collections and aliases ---------------------------------------------------------------------------------
+
+    def aliases(self) -> dict[str, str]:
+        return dict(IndexAlias.objects.using(self.using).values_list("name", "build__name"))
+
+    def collections(self, prefix: str) -> list[str]:
+        return list(
+            IndexBuild.objects.using(self.using)
+            .filter(name__startswith=prefix)
+            .order_by("name")
+            .values_list("name", flat=True)
+        )
+
+    def create_collection(self, name: str, *, dim: int, metadata: Mapping[str, Any]) -> None:
+        IndexBuild.objects.using(self.using).create(name=name, dim=dim, metadata=dict(metadata))
+
+    def collection_info(self, name: str) -> tuple[int, dict[str, Any]]:
+        build = self._build(name)
+        return build.dim, dict(build.metadata or {})
+
+    def count(self, name: str) -> int:
+        return IndexPoint.objects.using(self.using).filter(build__name=name).count()
+
+    def live_state(self, alias: str) -> tuple[str, int] | None:
+        found = IndexAlias.objects.using(self.using).filter(name=alias).values_list("build__name", "build__revision")
+        row = found.first()
+        return None if row is None else (str(row[0]), int(row[1]))
+
+    def update_aliases(self, operations: Sequence[AliasOperation]) -> None:
+        aliases = IndexAlias.objects.using(self.using)
+        with transaction.atomic(using=self.using):
+            for op, alias, collection in operations:
+                if op == "delete":
+                    aliases.filter(name=alias).delete()
+                else:
+                    aliases.update_or_create(name=alias, defaults={"build": self._build(collection)})
+
+    def delete_collection(self, name: str) -> None:
+        with transaction.atomic(using=self.using):
+            build = IndexBuild.objects.using(self.using).filter(name=name).first()
+            if build is None:
+                return
+            # one DELETE for the points (they have no dependents, so Django deletes them in bulk), then the build
+            IndexPoint.objects.using(self.using).filter(build=build).delete()
+            build.delete()
+
+    # --- points ------------------------------------------------------------------------------------------------------
+
+    def upsert(self, name: str, points: Sequence[StorePoint]) -> None:
+        if not points:
+            return
+        build = self._build(name)
+        for start in range(0, len(points), WRITE_BATCH):
+            batch = points[start : start + WRITE_BATCH]
+            rows = []
+            for point in batch:
+                indices, values = sparse_bytes(point.sparse)
+                rows.append(
+                    IndexPoint(
+                        build=build,
+                        point_id=point.point_id,
+                        doc_id=str(point.payload.get("doc_id", "")),
+                        payload=point.payload,
+                        dense=dense_bytes(point.dense),
+                        sparse_indices=indices,
+                        sparse_values=values,
+                    )
+                )
+            with transaction.atomic(using=self.using):
+                existing = IndexPoint.objects.using(self.using).filter(
+                    build=build, point_id__in=[p.point_id for p in batch]
+                )
+                existing.delete()
+                IndexPoint.objects.using(self.using).bulk_create(rows)
+                # replicas of this build reload when its revision moves
+                IndexBuild.objects.using(self.using).filter(pk=build.pk).update(revision=F("revision") + 1)
+
+    def scroll(self, name: str, *, payload: bool | Sequence[str], vectors: bool) -> Iterator[StorePoint]:
+        build = self._build(name)
+        rows = IndexPoint.objects.using(self.using).filter(build=build).order_by("id")
+        keep = None if isinstance(payload, bool) else list(payload)
+        fields = ["point_id", "payload"] if payload is not False else ["point_id"]
+        if vectors:
+            fields += ["dense", "sparse_indices", "sparse_values"]
+        empty = SparseVector([], [])
+        for row in rows.values_list(*fields).iterator(chunk_size=READ_BATCH):
+            data: dict[str, Any] = {}
+            if payload is not False:
+                data = dict(row[1] or {})
+                if keep is not None:
+                    data = {key: data[key] for key in keep if key in data}
+            if vectors:
+                dense, indices, values = row[-3], row[-2], row[-1]
+                yield StorePoint(
+                    point_id=str(row[0]),
+                    dense=np.frombuffer(bytes(dense), dtype=_F32),
+                    sparse=SparseVector(
+                        np.frombuffer(bytes(indices), dtype=_I32),  # type: ignore[arg-type]
+                        np.frombuffer(bytes(values), dtype=_F32),  # type: ignore[arg-type]
+                    ),
+                    payload=data,
+                )
+            else:
+                yield StorePoint(point_id=str(row[0]), dense=(), sparse=empty, payload=data)
+
+    def retrieve(self, name: str, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        build = self._build(name)
+        found: dict[str, dict[str, Any]] = {}
+        ids = [str(p) for p in point_ids]
+        for start in range(0, len(ids), WRITE_BATCH):  # SQLite caps the number of query parameters
+            rows = IndexPoint.objects.using(self.using).filter(
+                build=build, point_id__in=ids[start : start + WRITE_BATCH]
+            )
+            found.update((str(pid), dict(data or {})) for pid, data in rows.values_list("point_id", "payload"))
+        return found

@@ -1,0 +1,78 @@
+"""The database store from several processes at once: each answers from its own replica and follows the others.
+
+Two `VectorStore`s on one database stand for two workers (or a worker and a command): what one builds, switches
+or writes in place, the other serves after its next `sync()`, and until then it keeps serving a whole build.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.retrieval.embedding import LexicalEmbedder
+from rag.retrieval.indexer import build_index, describe_points, live_payloads, refresh_live
+from rag.retrieval.markdown import Document
+from rag.retrieval.sparse import BM25Encoder
+from rag.retrieval.store import VectorStore
+from tests.rag.stores import open_store, unique_alias
+
+ENCODER = BM25Encoder()
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ask(store: VectorStore, query: str, limit: int = 3) -> list[str]:
+    hits = store.search(None, ENCODER.encode_query(query), limit=limit)
+    return [hit.payload["doc_id"] for hit in hits]
+
+
+@pytest.fixture
+def two(tmp_path):
+    alias = unique_alias("replica")
+    with open_store("database", tmp_path, alias=alias) as first, open_store("database", tmp_path, alias=alias) as other:
+        yield first, other
+
+
+def test_a_build_made_by_one_is_served_by_the_other_after_its_sync(
+    two: tuple[VectorStore, VectorStore], documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    writer, reader = two
+    assert ask(reader, "報名課程") == [] and reader.sync() is False  # nothing built yet
+    first = build_index([d for d in documents if d.doc_id != "zh-enrolment"], writer, embedder)
+    assert reader.sync() is True and reader.replica() is not None and reader.replica()[0] == first.collection
+    assert "zh-enrolment" not in ask(reader, "報名課程")
+
+    second = build_index(documents, writer, embedder)
+    # until it syncs, the reader keeps serving the whole build it has
+    assert "zh-enrolment" not in ask(reader, "報名課程")
+    assert reader.sync() is True
+    assert reader.replica() is not None and reader.replica()[0] == second.collection
+    assert ask(reader, "報名課程", limit=1) == ["zh-enrolment"]
+    assert reader.sync() is False  # nothing moved since
+
+
+def test_a_check_that_finds_nothing_new_is_one_query(
+    two: tuple[VectorStore, VectorStore],
+    documents: list[Document],
+    embedder: LexicalEmbedder,
+    django_assert_num_queries,
+) -> None:
+    writer, reader = two
+    build_index(documents, writer, embedder)
+    reader.sync()
+    with django_assert_num_queries(1):
+        assert reader.sync() is False
+
+
+def test_writes_into_the_live_build_reach_the_other_replica(
+    two: tuple[VectorStore, VectorStore], documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    writer, reader = two
+    build_index(documents, writer, embedder)
+    reader.sync()
+    assert ask(reader, "獨角獸") == []
+    point = reader.search(None, ENCODER.encode_query("報名課程"), limit=1)[0].point_id
+    describe_points(writer, embedder, {point: ("獨角獸課程的說明", "a unicorn course")}, described_at="2026-11-25")
+    refresh_live(writer)
+    assert ask(writer, "獨角獸", limit=1) == ["zh-enrolment"]
+    assert reader.sync() is True  # the build's revision moved
+    assert ask(reader, "獨角獸", limit=1) == ["zh-enrolment"]
+    assert live_payloads(reader, [point])[point]["description_en"] == "a unicorn course"
