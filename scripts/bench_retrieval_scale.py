@@ -1,5 +1,10 @@
 #!/usr/bin/env python
-"""How far does the embedded (local-mode) vector store scale? Index time, query latency and memory by corpus size.
+"""How far does the embedded vector store scale? Index time, query latency and memory by corpus size.
+
+Two stores side by side: ``database`` (the default without QDRANT_URL: the index kept in the Django database and
+every worker answering from a replica in memory; SQLite here, or PostgreSQL with --database-url) and
+``qdrant-local`` (qdrant-client's local mode, the default before). For the database, "reopen" and "replica MB" are
+what a worker pays to start: a fresh process that loads the live build into memory and answers its first question.
 
 A synthetic corpus is generated deterministically from the demo corpus: its sentences (Traditional Chinese and
 English) recombined into documents of one chunk each (about 120-250 units, under the chunker's target), each with a
@@ -12,6 +17,7 @@ through `StoreRetriever.search_sync` in each mode and reports p50/p95 in ms.
 
     .venv/bin/python scripts/bench_retrieval_scale.py --chunks 20000
     .venv/bin/python scripts/bench_retrieval_scale.py --chunks 5000,10000,20000 --queries 300 --json
+    .venv/bin/python scripts/bench_retrieval_scale.py --store database --database-url postgres://postgres@127.0.0.1/bench
 
 There is no Qdrant server here, so nothing is measured for it: see docs/benchmarks/retrieval.md for what it
 changes.
@@ -25,6 +31,7 @@ import os
 import platform
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,7 +152,31 @@ def _latencies(retriever: StoreRetriever, asked: list[str]) -> dict[str, float]:
     return {"p50": round(statistics.median(times), 3), "p95": round(percentile(times, 0.95), 3)}
 
 
-def measure_one(chunks: int, *, queries: int, modes: list[str], seed: int) -> dict[str, Any]:
+def _django(database_url: str, data_dir: str) -> None:
+    """Configure Django for the database store (this process only), migrated."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "chatbot.settings"
+    os.environ["DATA_DIR"] = data_dir
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["QDRANT_URL"] = ""
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def measure_reopen(alias: str, question: str) -> dict[str, Any]:
+    """A fresh worker's start: open the database store, load its replica, answer one question (this process)."""
+    rss_before = _rss_mb()
+    started = time.perf_counter()
+    store = VectorStore.open_database(alias)
+    store.sync()
+    StoreRetriever(store, LexicalEmbedder()).search_sync(question, limit=10)
+    seconds = time.perf_counter() - started
+    return {"reopen_seconds": round(seconds, 2), "replica_mb": round(_rss_mb() - rss_before, 1)}
+
+
+def measure_one(chunks: int, *, queries: int, modes: list[str], seed: int, store_kind: str) -> dict[str, Any]:
     """One corpus size, in this process (call it in a fresh one: memory figures include everything loaded)."""
     rss_start = _rss_mb()
     documents, sentences = synthetic_corpus(chunks, seed=seed)
@@ -154,25 +185,42 @@ def measure_one(chunks: int, *, queries: int, modes: list[str], seed: int) -> di
     rss_before = _rss_mb()
     latency: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
-        with VectorStore.open("bench", path=folder) as store:
+        if store_kind == "database":
+            alias = f"bench-{chunks}-{os.getpid()}"
+            store = VectorStore.open_database(alias)
+        else:
+            store = VectorStore.open("bench", path=folder)
+        with store:
             report = build_index(documents, store, embedder)
             rss_after = _rss_mb()
             disk_mb = sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file()) / 2**20
             for mode in modes:
                 latency[mode] = _latencies(StoreRetriever(store, embedder, mode=mode), asked)  # type: ignore[arg-type]
-        # what a server restart pays before its first answer: qdrant-client reads every point back from its
-        # SQLite file, then the store copies them into the in-memory index
-        started = time.perf_counter()
-        with VectorStore.open("bench", path=folder) as store:
-            StoreRetriever(store, embedder).search_sync(asked[0], limit=10)
-        reopen_seconds = time.perf_counter() - started
+        if store_kind == "database":
+            # a worker starting on the index another process built: a fresh interpreter, its own memory
+            command = [sys.executable, __file__, "--reopen", alias, "--question", asked[0]]
+            child = subprocess.run(command, env=os.environ, capture_output=True, text=True, check=True)
+            reopened = json.loads(child.stdout.strip().splitlines()[-1])
+            with VectorStore.open_database(alias) as cleanup:
+                from django.db import connection
+
+                disk_mb = _table_mb(connection)
+                _drop_all(cleanup)
+        else:
+            # what a server restart pays before its first answer: qdrant-client reads every point back from its
+            # SQLite file, then the store copies them into the in-memory index
+            started = time.perf_counter()
+            with VectorStore.open("bench", path=folder) as store:
+                StoreRetriever(store, embedder).search_sync(asked[0], limit=10)
+            reopened = {"reopen_seconds": round(time.perf_counter() - started, 2), "replica_mb": None}
     return {
         # other work on the machine shows in every latency: say how busy it was (1-minute load average)
         "load_average": round(os.getloadavg()[0], 2),
+        "store": store_kind,
         "chunks": report.chunks,
         "documents": report.documents,
         "index_seconds": round(report.seconds, 2),
-        "reopen_seconds": round(reopen_seconds, 2),
+        **reopened,
         "rss_start_mb": round(rss_start, 1),
         "rss_before_index_mb": round(rss_before, 1),
         "rss_after_index_mb": round(rss_after, 1),
@@ -183,6 +231,24 @@ def measure_one(chunks: int, *, queries: int, modes: list[str], seed: int) -> di
         "queries": len(asked),
         "latency_ms": latency,
     }
+
+
+def _table_mb(connection: Any) -> float:
+    """Size of the index tables: PostgreSQL's own figure, or SQLite's file."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['rag_indexpoint', 'rag_indexbuild']) AS c"
+            )
+            return float(cursor.fetchone()[0] or 0) / 2**20
+    return Path(connection.settings_dict["NAME"]).stat().st_size / 2**20
+
+
+def _drop_all(store: VectorStore) -> None:
+    backend = store.backend
+    backend.update_aliases([("delete", a, "") for a in (store.alias, store.previous_alias) if a in backend.aliases()])
+    for name in store.builds():
+        backend.delete_collection(name)
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -198,19 +264,21 @@ def render(results: list[dict[str, Any]], modes: list[str], *, threads: str) -> 
         f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
         f"OpenBLAS threads: {threads}",
         "",
-        "| chunks | load avg | index s | reopen s | index RSS MB | peak RSS MB | dense matrix MB | disk MB | "
-        + " | ".join(f"{m} p50 / p95 ms" for m in modes)
+        "| store | chunks | load avg | index s | reopen s | replica MB | index RSS MB | peak RSS MB | dense matrix MB "
+        "| disk MB | " + " | ".join(f"{m} p50 / p95 ms" for m in modes) + " |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+        + " | ".join("---:" for _ in modes)
         + " |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in modes) + " |",
     ]
     for r in results:
         cells = " | ".join(f"{r['latency_ms'][m]['p50']:.2f} / {r['latency_ms'][m]['p95']:.2f}" for m in modes)
+        replica = "-" if r.get("replica_mb") is None else f"{r['replica_mb']:.0f}"
         lines.append(
-            f"| {r['chunks']:,} | {r['load_average']:.1f} | {r['index_seconds']:.1f} | {r['reopen_seconds']:.1f} | "
-            f"{r['index_rss_mb']:.0f} | "
+            f"| {r['store']} | {r['chunks']:,} | {r['load_average']:.1f} | {r['index_seconds']:.1f} | "
+            f"{r['reopen_seconds']:.2f} | {replica} | {r['index_rss_mb']:.0f} | "
             f"{r['peak_rss_mb']:.0f} | {r['dense_matrix_mb']:.0f} | {r['disk_mb']:.0f} | {cells} |"
         )
-    if len(results) >= 2:
+    if len(results) >= 2 and len({r["store"] for r in results}) == 1:
         xs = [float(r["chunks"]) for r in results]
         lines.append("")
         lines.append("Linear fits over the sizes measured (extrapolations, not measurements):")
@@ -218,6 +286,11 @@ def render(results: list[dict[str, Any]], modes: list[str], *, threads: str) -> 
             ("index seconds", [r["index_seconds"] for r in results]),
             ("reopen seconds", [r["reopen_seconds"] for r in results]),
             ("index RSS MB", [r["index_rss_mb"] for r in results]),
+            *(
+                (("replica MB", [r["replica_mb"] for r in results]),)
+                if results[0].get("replica_mb") is not None
+                else ()
+            ),
         ):
             intercept, slope = fit_line(xs, ys)
             lines.append(
@@ -247,15 +320,28 @@ def main() -> int:
         default=0,
         help="OPENBLAS_NUM_THREADS (and OMP_NUM_THREADS) for the measuring processes (0: inherit)",
     )
+    parser.add_argument("--store", choices=("database", "qdrant-local"), default="database")
+    parser.add_argument(
+        "--database-url", default="", help="the database store's DATABASE_URL (default: a SQLite file in a temp dir)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)  # a child process: one size
+    parser.add_argument("--reopen", default="", help=argparse.SUPPRESS)  # a child process: a worker's start
+    parser.add_argument("--question", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.reopen:
+        _django(os.environ.get("DATABASE_URL", ""), os.environ["DATA_DIR"])
+        print(json.dumps(measure_reopen(args.reopen, args.question)))
+        return 0
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(modes) - set(SEARCH_MODES))
     if unknown:
         parser.error(f"unknown mode(s) {', '.join(unknown)}")
     if args.one:
-        print(json.dumps(measure_one(args.one, queries=args.queries, modes=modes, seed=args.seed)))
+        if args.store == "database":
+            _django(os.environ.get("DATABASE_URL", ""), os.environ["DATA_DIR"])
+        result = measure_one(args.one, queries=args.queries, modes=modes, seed=args.seed, store_kind=args.store)
+        print(json.dumps(result))
         return 0
     sizes = sorted({int(part) for part in args.chunks.split(",") if part.strip()})
     environment = dict(os.environ)
@@ -263,19 +349,21 @@ def main() -> int:
         # read by OpenBLAS when numpy loads it, so it has to be set before the child starts
         environment["OPENBLAS_NUM_THREADS"] = environment["OMP_NUM_THREADS"] = str(args.blas_threads)
     results = []
-    for size in sizes:
-        # a fresh interpreter per size: its memory is that size's alone, not the leftovers of the one before
-        command = [sys.executable, __file__, "--one", str(size), "--queries", str(args.queries)]
-        command += ["--modes", ",".join(modes), "--seed", str(args.seed)]
-        child = subprocess.run(
-            command,
-            env=environment,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
-        print(f"measured {size:,} chunks", file=sys.stderr)
+    data_dir = tempfile.mkdtemp(prefix="bench-scale-db-")
+    environment["DATA_DIR"], environment["DATABASE_URL"] = data_dir, args.database_url
+    try:
+        for size in sizes:
+            # a fresh interpreter per size: its memory is that size's alone, not the leftovers of the one before
+            command = [sys.executable, __file__, "--one", str(size), "--queries", str(args.queries)]
+            command += ["--modes", ",".join(modes), "--seed", str(args.seed), "--store", args.store]
+            child = subprocess.run(command, env=environment, capture_output=True, text=True)
+            if child.returncode != 0:
+                print(child.stderr[-3000:], file=sys.stderr)
+                return child.returncode
+            results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+            print(f"measured {size:,} chunks ({args.store})", file=sys.stderr)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
     print(
         json.dumps(results, indent=2)
         if args.json

@@ -7,6 +7,7 @@ reaching every worker start them with `running_workers` and keep their Redis key
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -113,6 +115,43 @@ def redis_key_prefix(url: str, label: str) -> Iterator[str]:
         for key in client.scan_iter(f"{prefix}:*"):
             client.delete(key)
         client.close()
+
+
+@contextlib.contextmanager
+def shared_database(label: str) -> Iterator[str]:
+    """A fresh, empty database for worker processes to share, as a DATABASE_URL: on the PostgreSQL server the suite
+    runs against (`DATABASE_URL`), else a SQLite file in a temporary folder ("" stands for that: the workers get
+    `DATA_DIR`'s file). Dropped afterwards."""
+    base = os.environ.get("DATABASE_URL", "")
+    if not base.startswith(("postgres://", "postgresql://")):
+        yield ""
+        return
+    psycopg = pytest.importorskip("psycopg")
+    name = f"{label}_{uuid.uuid4().hex[:10]}"
+    server = urlsplit(base)
+    admin_url = urlunsplit(server._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(server._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def manage(env: dict[str, str], *command: str, timeout: float = 120.0) -> str:
+    """`manage.py COMMAND` with the workers' environment; its output (fails the test when it fails)."""
+    done = subprocess.run(
+        [sys.executable, str(PROJECT_DIR / "manage.py"), *command],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"manage.py {' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return done.stdout
 
 
 def poll(check: Callable[[], T], within: float, interval: float = 0.02) -> T:

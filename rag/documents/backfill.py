@@ -242,7 +242,7 @@ class _Backfill:
     async def run(self) -> None:
         if self.llm is None:
             raise BackfillFailed("no LLM is configured (LLM_BASE_URL) in the process running jobs; nothing changed")
-        if self.store.live_collection() is not None and not await self.db(self.compatible):
+        if await self.db(self.store.live_collection) is not None and not await self.db(self.compatible):
             # checked before any LLM call: descriptions could not be embedded into this index
             raise BackfillFailed("the live index was built with another embedder; run reindex --full first")
         await self.db(self.tracker.stage, "selecting")

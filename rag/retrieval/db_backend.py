@@ -74,7 +74,7 @@ class DatabaseBackend:
         )
 
     def create_collection(self, name: str, *, dim: int, metadata: Mapping[str, Any]) -> None:
-        IndexBuild.objects.using(self.using).create(name=name, dim=dim, metadata=dict(metadata))
+        IndexBuild(name=name, dim=dim, metadata=dict(metadata)).save(using=self.using)
 
     def collection_info(self, name: str) -> tuple[int, dict[str, Any]]:
         build = self._build(name)

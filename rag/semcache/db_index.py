@@ -145,7 +145,8 @@ class DatabaseCacheIndex:
         return self.mirror.ids()
 
     def rows_without_vectors(self, *, before: float, vectors: Collection[str]) -> set[str]:
-        unservable = CacheEntry.objects.filter(vector__isnull=True, created_at__lt=datetime.fromtimestamp(before, tz=UTC))
+        cutoff = datetime.fromtimestamp(before, tz=UTC)
+        unservable = CacheEntry.objects.filter(vector__isnull=True, created_at__lt=cutoff)
         return {str(pk) for pk in unservable.values_list("pk", flat=True)}
 
     def ids_matching(self, **criteria: Any) -> set[str]:

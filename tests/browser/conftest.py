@@ -113,7 +113,6 @@ def chat_server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = {
         **os.environ,
         "DATA_DIR": str(data_dir),
-        "QDRANT_PATH": str(data_dir / "qdrant"),
         "CORPUS_DIR": str(corpus),
         "DJANGO_SETTINGS_MODULE": "chatbot.settings",
         "RAG_RATE_LIMIT_PER_MINUTE": "0",

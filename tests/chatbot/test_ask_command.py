@@ -22,7 +22,6 @@ from django.core.management import CommandError, call_command
 from chatbot.management.commands import ask as ask_command
 from chatbot.models import Message
 from concurrency.simulator.testing import SimulatorProcess
-from rag.retrieval.store import StoreLockedError
 from tests.concurrency.simulator.fixtures import wait_idle_blocking
 from tests.rag.pipeline.conftest import pipeline_simulator  # noqa: F401 - fixture, used by name
 
@@ -161,17 +160,6 @@ def test_sse_frames_are_parsed_like_a_browser_would() -> None:
     assert list(ask_command.iter_sse_events(lines)) == [{"seq": 1}, {"seq": 2}]
 
 
-def test_store_lock_errors_are_recognised_through_their_cause() -> None:
-    try:
-        try:
-            raise StoreLockedError("/data/qdrant")
-        except StoreLockedError as inner:
-            raise RuntimeError("could not build the pipeline") from inner
-    except RuntimeError as outer:
-        assert ask_command.store_is_locked(outer)
-    assert not ask_command.store_is_locked(RuntimeError("other"))
-
-
 # --- against a real server ---------------------------------------------------------------------------------
 
 
@@ -188,7 +176,6 @@ def live_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {
         **os.environ,
         "DATA_DIR": str(data_dir),
-        "QDRANT_PATH": str(data_dir / "qdrant"),
         "DJANGO_SETTINGS_MODULE": "chatbot.settings",
         "RAG_RATE_LIMIT_PER_MINUTE": "0",
     }
@@ -239,15 +226,13 @@ def test_through_a_running_server_the_output_is_the_same(live_server_url: str) -
 
 
 @pytest.mark.slow
-def test_a_locked_store_falls_back_to_the_server(live_server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def locked_deps() -> None:
-        raise StoreLockedError(settings.QDRANT_PATH)  # what opening the store raises while the server holds it
-
-    from rag.wiring import get_runtime
-
+def test_via_server_asks_the_server_whatever_the_probe_says(
+    live_server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ask_command, "server_answers", lambda url: False)
-    monkeypatch.setattr(get_runtime(), "deps", locked_deps)
-    output, _ = run_ask("如何重設密碼？", "--server", live_server_url, "--backend", "responses", "--no-color")
+    output, _ = run_ask(
+        "如何重設密碼？", "--via", "server", "--server", live_server_url, "--backend", "responses", "--no-color"
+    )
     assert "資料來源：" in output and "backend responses" in output
 
 

@@ -10,7 +10,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -40,7 +39,6 @@ def worker_env(redis_prefix: str) -> Iterator[dict[str, str]]:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "chatbot.settings",
             "DATA_DIR": data_dir,
-            "QDRANT_PATH": str(Path(data_dir) / "qdrant"),
             "REDIS_URL": REDIS_URL,
             "REDIS_PREFIX": redis_prefix,
             "DATABASE_URL": "",

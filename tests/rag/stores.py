@@ -19,6 +19,7 @@ import pytest
 
 from rag.retrieval.store import Engine, VectorStore
 
+
 def qdrant_server_url() -> str:
     """The Qdrant server the contract tests run against: `QDRANT_URL` as the suite was started with (tests/settings
     blanks the setting itself so the rest of the suite runs on the defaults)."""

@@ -1,10 +1,10 @@
 """`manage.py ask "QUESTION"`: the chat from a terminal, streamed as it arrives.
 
-The embedded Qdrant store can be opened by one process only. When a server of ours answers at ASK_SERVER_URL
-(it owns, or will own, the store) the question goes to it over SSE; otherwise the pipeline runs in this process,
-and if the store turns out to be locked by another process after all, the command falls back to the server.
-Either way the output is the same, and so is the client id (kept in DATA_DIR/cli_client_id and sent as the
-`hc_client` cookie), so `--conversation` continues a conversation across invocations and transports.
+When a server of ours answers at ASK_SERVER_URL the question goes to it over SSE (it has the pipeline warm, the
+deployment's LLM settings and its concurrency limits); otherwise the pipeline runs in this process, on the same
+index (the database). Either way the output is the same, and so is the client id (kept in
+DATA_DIR/cli_client_id and sent as the `hc_client` cookie), so `--conversation` continues a conversation across
+invocations and transports.
 
 Exit status: 0 when the answer completed, 1 on a terminal error (code and message on stderr), 2 on bad input.
 """
@@ -29,26 +29,11 @@ from chatbot.consumers.common import event_json
 from chatbot.routing import sse_path_for_backend
 from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open, pending_records
 from rag.events import TERMINAL_CHANNELS, Event
-from rag.retrieval.store import StoreLockedError
 from rag.runtime import BACKENDS
-from rag.wiring import get_runtime, reset_runtime
+from rag.wiring import reset_runtime
 
 SERVICE_NAME = "helpcentre-chatbot"
 PROBE_TIMEOUT = 0.5
-
-
-class StoreLocked(RuntimeError):
-    """The local vector store is held by another process (the running server)."""
-
-
-def store_is_locked(exc: BaseException) -> bool:
-    """Whether opening the store failed because another process holds it (anywhere in the cause chain)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, StoreLockedError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def cli_client_hex(data_dir: Path) -> str:
@@ -204,13 +189,9 @@ class Command(BaseCommand):
         if via == "local":
             try:
                 terminal = asyncio.run(_ask_in_process(ask, renderer))
-            except StoreLocked:
-                if options["via"] == "local":
-                    raise CommandError("the vector store is locked by another process", returncode=1) from None
-                via = "server"
             finally:
-                reset_runtime()  # release the local store's lock now, not at interpreter exit
-        if via == "server":
+                reset_runtime()  # close the store and its clients now, not at interpreter exit
+        else:
             terminal = _ask_server(base_url, ask, client_hex, renderer)
         _exit_for(terminal)
 
@@ -228,12 +209,6 @@ def _exit_for(terminal: Event | None) -> None:
 
 
 async def _ask_in_process(ask: AskInput, renderer: Renderer) -> Event | None:
-    try:
-        await get_runtime().deps()  # opens the store: the one step that fails when the server holds it
-    except Exception as exc:
-        if store_is_locked(exc):
-            raise StoreLocked(str(exc)) from exc
-        raise
     try:
         exchange = await exchange_open(ask)
     except BadRequest as exc:

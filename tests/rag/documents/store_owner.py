@@ -47,7 +47,7 @@ async def main() -> None:
     from rag.wiring import get_runtime
 
     runtime = get_runtime()
-    runtime.preload()  # takes the store, as the server does at start-up
+    await asyncio.to_thread(runtime.preload)  # opens the store, as the server does at start-up
     if os.environ.get("INITIAL_INDEX"):
         # an index built without jobs (like `make run` on an older checkout): no Document rows yet
         from django.conf import settings
@@ -56,7 +56,9 @@ async def main() -> None:
         from rag.retrieval.markdown import load_markdown_dir
 
         deps = await runtime.deps()
-        build_index(load_markdown_dir(settings.CORPUS_DIR), deps.retriever.store, deps.retriever.embedder)
+        await asyncio.to_thread(
+            build_index, load_markdown_dir(settings.CORPUS_DIR), deps.retriever.store, deps.retriever.embedder
+        )
     delay = float(os.environ.get("EMBED_DELAY", "0") or 0)
 
     async def context() -> JobContext | None:

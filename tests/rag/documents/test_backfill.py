@@ -3,6 +3,7 @@ resumable, cancellable, and nothing changed without an LLM."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
 from io import StringIO
@@ -111,7 +112,7 @@ async def test_descriptions_are_stored_searchable_and_a_second_run_resumes(
 
     # the descriptions are text of their chunk now: in the payload and found by search
     rows = await sync_to_async(lambda: list(Chunk.objects.values_list("point_id", "chunk_id")))()
-    payloads = live_payloads(store, [point for point, _ in rows])
+    payloads = await asyncio.to_thread(live_payloads, store, [point for point, _ in rows])
     for point, chunk_id in rows:
         assert (payloads[point]["description_zh"], payloads[point]["description_en"]) == done[chunk_id]
     hits = store.search(None, query, limit=50)
@@ -190,11 +191,12 @@ async def test_the_llm_failing_again_and_again_ends_the_job(
 async def test_without_an_llm_a_backfill_job_changes_nothing(
     store: VectorStore, embedder: CountingEmbedder, indexed: int
 ) -> None:
-    live = store.live_collection()
+    live = await asyncio.to_thread(store.live_collection)
     job = await backfill(store, embedder, None)
     assert job.status == JobStatus.FAILED and "no LLM is configured" in job.error
     assert await sync_to_async(described)() == {}
-    assert store.live_collection() == live and embedder.calls == 1  # only the index job embedded
+    assert await asyncio.to_thread(store.live_collection) == live
+    assert embedder.calls == 1  # only the index job embedded
 
 
 def test_the_backfill_command_runs_in_process_through_the_configured_llm(

@@ -90,7 +90,7 @@ async def test_stopping_the_runner_mid_job_cancels_it_and_keeps_the_live_index(
     first = JobRunner(context_factory=context, poll_interval=0.05, name="first:1")
     task = asyncio.create_task(first.run())
     job = await wait_for(await sync_to_async(index_job_create)(), until=lambda j: j.finished)
-    live, ids = store.live_collection(), doc_ids_of(store)
+    live, ids = await asyncio.to_thread(lambda: (store.live_collection(), doc_ids_of(store)))
     for name, text in CORPUS.items():
         (corpus / name).write_text(text + "\nchanged\n")
     job = await sync_to_async(index_job_create)()
@@ -99,7 +99,8 @@ async def test_stopping_the_runner_mid_job_cancels_it_and_keeps_the_live_index(
     await asyncio.gather(task, return_exceptions=True)
     job = await wait_for(job, until=lambda j: j.finished, within=5)
     assert job.status == JobStatus.CANCELLED
-    assert store.live_collection() == live and store.builds() == [live] and doc_ids_of(store) == ids
+    now = await asyncio.to_thread(lambda: (store.live_collection(), store.builds(), doc_ids_of(store)))
+    assert now == (live, [live], ids)
     assert not await sync_to_async(JobRunnerHeartbeat.objects.filter(runner="first:1").exists)()
 
 

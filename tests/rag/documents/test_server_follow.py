@@ -30,7 +30,6 @@ def site(tmp_path: Path) -> dict[str, str]:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "chatbot.settings",
         "DATA_DIR": str(tmp_path / "data"),
-        "QDRANT_PATH": str(tmp_path / "qdrant"),
         "CORPUS_DIR": str(corpus),
         # a database and a store of their own, whatever the suite runs against
         "DATABASE_URL": "",

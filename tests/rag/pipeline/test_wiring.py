@@ -4,7 +4,6 @@ limits; bad values fail with the variable's name; live settings reach the runnin
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +15,9 @@ from concurrency.manager import LLMConcurrencyManager, get_manager, set_manager
 from rag.llm import LLMBackend
 from rag.llm_nodes.prompts import RegistryPrompts
 from rag.wiring import build_deps, configure_concurrency_manager, parse_node_map
+
+# building the dependencies opens the store, which reads the database
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -159,7 +157,6 @@ def _server_env(data_dir: str, **extra: str) -> dict[str, str]:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "chatbot.settings",
         "DATA_DIR": data_dir,
-        "QDRANT_PATH": str(Path(data_dir) / "qdrant"),
         "DATABASE_URL": "",  # the servers' own SQLite file, whatever the suite runs against
         "REDIS_PREFIX": f"workflows-{uuid.uuid4().hex[:10]}",
         "RAG_RATE_LIMIT_PER_MINUTE": "0",
@@ -172,8 +169,7 @@ def _server_env(data_dir: str, **extra: str) -> dict[str, str]:
 @contextlib.contextmanager
 def live_servers(count: int, *, redis_url: str = "") -> Iterator[list[LiveServer]]:
     """`count` daphne workers on one migrated database and one index; with `redis_url`, sharing that Redis (its
-    cache and channel layer) under a fresh key prefix, skipped when it does not answer. Each worker opens its own
-    copy of the index."""
+    cache and channel layer) under a fresh key prefix, skipped when it does not answer."""
     with contextlib.ExitStack() as stack:
         data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="workflows-live-"))
         extra = {"REDIS_URL": redis_url} if redis_url else {}
@@ -187,12 +183,8 @@ def live_servers(count: int, *, redis_url: str = "") -> Iterator[list[LiveServer
             ["createsuperuser", "--noinput", "--username", USERNAME, "--email", "b@example.org"],
         ):
             subprocess.run([*manage, *command], cwd=PROJECT_DIR, env=env, check=True, capture_output=True, timeout=120)
-        envs = [env]
-        for n in range(1, count):
-            copy = str(Path(data_dir) / f"qdrant-{n}")
-            shutil.copytree(env["QDRANT_PATH"], copy)
-            envs.append({**env, "QDRANT_PATH": copy})
-        workers = stack.enter_context(running_workers(envs))
+        # one database, one index: every worker answers from its own replica of it
+        workers = stack.enter_context(running_workers([env] * count))
         servers = [LiveServer(url=w.url, env=w.env, process=w.process, log=w.log) for w in workers]
         try:
             yield servers

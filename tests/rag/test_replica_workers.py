@@ -1,0 +1,146 @@
+"""Two daphne workers started with the same environment and no Qdrant server: one index, one semantic cache.
+
+The workers share a database (a fresh PostgreSQL database when the suite runs with `DATABASE_URL`, else one SQLite
+file) and, when the suite runs with `REDIS_URL`, that Redis. Both answer; a reindex run while they serve is what
+both serve within 2 s of its switch; an answer cached by one is a hit on the other within 2 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.daphne_workers import Worker, manage, poll, redis_key_prefix, running_workers, shared_database
+
+pytestmark = pytest.mark.slow
+
+DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
+NEW_TEXT = "\n\n## 獨角獸學習護照\n\n完成三門獨角獸課程即可領取獨角獸學習護照。\n"
+
+
+@contextlib.contextmanager
+def redis_for_workers() -> Iterator[dict[str, str]]:
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        yield {"REDIS_URL": ""}
+        return
+    with redis_key_prefix(url, "replica-workers") as prefix:
+        yield {"REDIS_URL": url, "REDIS_PREFIX": prefix}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[tuple[Worker, ...], dict[str, str]]]:
+    data_dir = tmp_path_factory.mktemp("replica-workers")
+    corpus = data_dir / "corpus"
+    shutil.copytree(DEMO, corpus)
+    with shared_database("replica_workers") as database_url, redis_for_workers() as redis:
+        env = {
+            **os.environ,
+            **redis,
+            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
+            "DATA_DIR": str(data_dir),
+            "DATABASE_URL": database_url,
+            "CORPUS_DIR": str(corpus),
+            "QDRANT_URL": "",
+            "LLM_BASE_URL": "",
+            "RAG_SEMANTIC_CACHE_ENABLED": "true",
+            "RAG_RATE_LIMIT_PER_MINUTE": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+        manage(env, "migrate", "--noinput")
+        manage(env, "reindex")
+        with running_workers([env, env]) as workers:
+            yield workers, env
+
+
+def ask(worker: Worker, question: str) -> dict[str, Any]:
+    """The terminal event of one SSE answer (every answer checked whole: seq 1..n, one terminal)."""
+    events = []
+    with httpx.stream(
+        "POST", worker.url + "/api/v1/rag/ask/stream_chat", json={"question": question}, timeout=30.0
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    terminals = [e for e in events if e["channel"] in ("meta_summary", "error")]
+    assert terminals == [events[-1]], events[-3:]
+    return events[-1]
+
+
+def cited(terminal: dict[str, Any]) -> list[str]:
+    return [source["doc_id"] for source in terminal.get("sources", [])]
+
+
+def cache_rows(env: dict[str, str]) -> int:
+    """Entries in the shared database, read the way an operator would (not through either worker)."""
+    url = env["DATABASE_URL"]
+    query = "SELECT count(*) FROM rag_semcache_cacheentry"
+    if url:
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=5) as connection:
+            row = connection.execute(query).fetchone()
+            return int(row[0]) if row else 0
+    with contextlib.closing(sqlite3.connect(Path(env["DATA_DIR"]) / "db.sqlite3", timeout=5)) as connection:
+        return int(connection.execute(query).fetchone()[0])
+
+
+def test_both_workers_answer_from_the_one_index(cluster: tuple[tuple[Worker, ...], dict[str, str]]) -> None:
+    (first, second), _ = cluster
+    for worker in (first, second):
+        terminal = ask(worker, "如何重設密碼？")
+        assert terminal["channel"] == "meta_summary" and "zh-password-reset" in cited(terminal)
+
+
+def test_a_reindex_is_served_by_every_worker_within_two_seconds(
+    cluster: tuple[tuple[Worker, ...], dict[str, str]],
+) -> None:
+    (first, second), env = cluster
+    # nothing in the corpus speaks of unicorns yet: not asked before the change, so no answer to it is cached
+    question = "獨角獸學習護照怎麼領取？"
+    document = Path(env["CORPUS_DIR"]) / "zh-learning-hours.md"
+    document.write_text(document.read_text(encoding="utf-8") + NEW_TEXT, encoding="utf-8")
+
+    # a command run beside the workers: a worker's job runner takes the job, the command follows it to the switch
+    output = manage(env, "reindex")
+    switched = time.monotonic()
+    assert "1 updated" in output, output
+
+    served = {worker.url: 0.0 for worker in (first, second)}
+
+    def both_serve_it() -> bool:
+        for worker in (first, second):
+            if not served[worker.url] and "zh-learning-hours" in cited(ask(worker, question))[:1]:
+                served[worker.url] = time.monotonic() - switched
+        return all(served.values())
+
+    assert poll(both_serve_it, within=2.0, interval=0.05), f"served after (s): {served}"
+
+
+def test_an_answer_cached_by_one_worker_is_a_hit_on_the_other(
+    cluster: tuple[tuple[Worker, ...], dict[str, str]],
+) -> None:
+    (first, second), env = cluster
+    before = cache_rows(env)
+    question = "How do I download my certificate?"
+    assert ask(first, question)["cached"] is False
+    # the first worker writes the entry just after its answer ends
+    assert poll(lambda: cache_rows(env) > before, within=5.0), "the answer was not cached"
+    stored = time.monotonic()
+    # the bound: within 2 s of the write, the other worker serves it (its first ask; a miss would cache it itself)
+    time.sleep(max(0.0, stored + 2.0 - time.monotonic()))
+    terminal = ask(second, question)
+    assert terminal["cached"] is True, terminal
+    assert "en-certificate-download" in cited(terminal)
