@@ -7,7 +7,9 @@ leak into the suite; REDIS_URL and DATABASE_URL pass through (CI runs the suite 
 PostgreSQL).
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 _data_dir = tempfile.mkdtemp(prefix="helpcentre-test-")
@@ -31,3 +33,12 @@ from chatbot.settings import *  # noqa: E402, F403
 # add tasks to tear down. Their own tests switch them on; servers started as subprocesses run them as usual.
 CONCURRENCY_LIVE_SETTINGS = False
 RAG_WORKFLOW_SYNC = False
+
+# The test database of a SQLite run is a file, as the product's is, not Django's in-memory default: threads (the
+# replicas' loads, job runners) then see each other's committed writes through WAL and the busy timeout, where an
+# in-memory database's shared cache fails their reads with "table is locked".
+# Kept in memory all the same where the machine has a RAM disk.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    _test_db_dir = tempfile.mkdtemp(prefix="helpcentre-test-db-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    DATABASES["default"]["TEST"] = {"NAME": os.path.join(_test_db_dir, "test-db.sqlite3")}  # noqa: F405
+    atexit.register(shutil.rmtree, _test_db_dir, True)

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from rag.retrieval.memory_index import DenseLoader, MemoryRecord
 from rag.retrieval.sparse import SparseVector
 
 DENSE = "dense"
@@ -103,6 +104,11 @@ class StoreBackend(Protocol):
 
     def live_state(self, alias: str) -> tuple[str, int] | None:
         """(the collection `alias` points at, its revision), None without one. A replica reloads when it moves."""
+        ...
+
+    def replica(self, name: str) -> tuple[list[MemoryRecord], DenseLoader | None]:
+        """A collection's points for a `MemoryIndex`, and what loads their dense vectors when a search first needs
+        them (None: the records carry them)."""
         ...
 
 
@@ -228,6 +234,14 @@ class QdrantBackend:
     def live_state(self, alias: str) -> tuple[str, int] | None:
         live = self.aliases().get(alias)
         return None if live is None else (live, 0)
+
+    def replica(self, name: str) -> tuple[list[MemoryRecord], DenseLoader | None]:
+        # local mode holds every vector in memory already: nothing is saved by loading them later
+        records = [
+            MemoryRecord(point_id=p.point_id, sparse=p.sparse, payload=p.payload, dense=p.dense)
+            for p in self.scroll(name, payload=True, vectors=True)
+        ]
+        return records, None
 
 
 def fast_local_writes(client: QdrantClient, collection: str) -> None:

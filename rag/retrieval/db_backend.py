@@ -19,10 +19,13 @@ from typing import Any
 
 import numpy as np
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import F, TextField
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from rag.models import IndexAlias, IndexBuild, IndexPoint
 from rag.retrieval.backends import AliasOperation, BackendKind, CollectionNotFound, StorePoint
+from rag.retrieval.memory_index import DenseLoader, MemoryRecord
 from rag.retrieval.sparse import SparseVector
 
 WRITE_BATCH = 500
@@ -164,6 +167,42 @@ class DatabaseBackend:
                 )
             else:
                 yield StorePoint(point_id=str(row[0]), dense=(), sparse=empty, payload=data)
+
+    def replica(self, name: str) -> tuple[list[MemoryRecord], DenseLoader | None]:
+        """Payloads as JSON text (decoded only for hits), the fields searches filter on, the sparse vectors; the
+        dense vectors in a second query, made only if a search mode uses them."""
+        build = self._build(name)
+        rows = IndexPoint.objects.using(self.using).filter(build=build)
+        records = [
+            MemoryRecord(
+                point_id=str(point_id),
+                sparse=SparseVector(
+                    np.frombuffer(bytes(indices), dtype=_I32),  # type: ignore[arg-type]
+                    np.frombuffer(bytes(values), dtype=_F32),  # type: ignore[arg-type]
+                ),
+                payload=str(payload),
+                language=str(language or ""),
+                kind=str(kind or ""),
+            )
+            for point_id, payload, language, kind, indices, values in rows.order_by("id")
+            .values_list(
+                "point_id",
+                Cast("payload", TextField()),
+                KeyTextTransform("language", "payload"),
+                KeyTextTransform("kind", "payload"),
+                "sparse_indices",
+                "sparse_values",
+            )
+            .iterator(chunk_size=READ_BATCH)
+        ]
+
+        def dense() -> dict[str, Sequence[float] | np.ndarray]:
+            return {
+                str(point_id): np.frombuffer(bytes(vector), dtype=_F32)
+                for point_id, vector in rows.values_list("point_id", "dense").iterator(chunk_size=READ_BATCH)
+            }
+
+        return records, dense
 
     def retrieve(self, name: str, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         build = self._build(name)

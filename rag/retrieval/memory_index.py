@@ -1,16 +1,23 @@
-"""Exact search over one collection held in numpy arrays: the local-mode query engine.
+"""Exact search over one build held in numpy arrays: the in-memory replica every worker answers from.
 
-qdrant-client's local mode scores a sparse query with a pure-Python merge against every point (about 330 ms
-per question over 1,000 DRCD paragraphs), far from a 15 ms budget. Local mode is single-process by design (it
-locks its folder), so this process sees every write: `VectorStore` loads the live collection's vectors once into
-an inverted index (sparse) and a matrix (dense) and answers from them, with the same scores Qdrant gives
-(BM25 IDF ``ln((N-df+0.5)/(df+0.5)+1)`` like `Modifier.IDF`, cosine for dense; a parity test pins both).
-Qdrant stays the storage and the source of truth; a Qdrant server answers its own queries.
+A Qdrant server answers its own queries. Without one, the builds live in the database (or qdrant-client's local
+mode, in tests) and each process loads the live build into a `MemoryIndex`: an inverted index for the sparse
+(BM25) side and, the first time a dense or hybrid search asks for it, a matrix for the dense side. Scores are the
+ones Qdrant gives (BM25 IDF ``ln((N-df+0.5)/(df+0.5)+1)`` like `Modifier.IDF`, cosine for dense; a parity test
+pins both). qdrant-client's local mode scores a sparse query with a pure-Python merge against every point, about
+330 ms per question over 1,000 DRCD paragraphs; this takes well under a millisecond.
+
+The layout is what a worker holding 20,000 chunks can afford (docs/benchmarks/retrieval.md): payloads stay JSON
+text until a hit needs one (a search decodes its top few), language and kind are small integer codes, the postings
+are three flat arrays searched by `numpy.searchsorted`, and the dense matrix (4 KB a point at 1,024 dimensions) is
+loaded only where a search mode uses it: with the default lexical embedder and BM25, never.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,29 +25,69 @@ import numpy as np
 
 from rag.retrieval.sparse import SparseVector
 
+DenseLoader = Callable[[], dict[str, Sequence[float] | np.ndarray]]
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryRecord:
     point_id: str
-    dense: Sequence[float]
     sparse: SparseVector
-    payload: dict[str, Any]
+    payload: dict[str, Any] | str  # a dict, or its JSON text (decoded when a hit needs it)
+    language: str = ""
+    kind: str = ""
+    dense: Sequence[float] | np.ndarray = ()
+
+
+class Payloads:
+    """The points' payloads as JSON text, decoded one at a time (`payloads[row]` is a fresh dict)."""
+
+    __slots__ = ("_texts",)
+
+    def __init__(self, texts: list[str]) -> None:
+        self._texts = texts
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def __getitem__(self, row: int) -> dict[str, Any]:
+        return dict(json.loads(self._texts[row]))
+
+
+class _Codes:
+    """Strings as small integer codes: a mask over 20,000 rows compares integers, not Python objects."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        self.names: dict[str, int] = {}
+        self.codes = np.array([self.names.setdefault(v, len(self.names)) for v in values], dtype=np.int16)
+
+    def equal(self, value: str) -> np.ndarray:
+        code = self.names.get(value)
+        if code is None:
+            return np.zeros(len(self.codes), dtype=bool)
+        return self.codes == code
 
 
 class MemoryIndex:
-    """Immutable once built, so searches on other threads need no lock while the store swaps in a new one."""
+    """Immutable once built (the dense matrix is added once, under a lock), so searches on other threads need no
+    lock while the store swaps in a new one."""
 
-    def __init__(self, records: Sequence[MemoryRecord], *, dim: int) -> None:
+    def __init__(self, records: Sequence[MemoryRecord], *, dim: int, dense: DenseLoader | None = None) -> None:
+        self.dim = dim
         self.ids = [r.point_id for r in records]
-        self.payloads = [r.payload for r in records]
-        n = len(records)
-        self.dense = np.zeros((n, dim), dtype=np.float32)
-        for row, record in enumerate(records):
-            if len(record.dense):
-                self.dense[row] = record.dense
-        norms = np.linalg.norm(self.dense, axis=1, keepdims=True)
-        np.divide(self.dense, norms, out=self.dense, where=norms > 0)
-        # inverted index: all (token, row, weight) triples sorted by token, one slice per token
+        self.payloads = Payloads(
+            [r.payload if isinstance(r.payload, str) else json.dumps(r.payload, ensure_ascii=False) for r in records]
+        )
+        self._languages = _Codes(r.language or _field(r.payload, "language") for r in records)
+        self._kinds = _Codes(r.kind or _field(r.payload, "kind") for r in records)
+        self._build_postings(records)
+        # the dense side: given with the records, or loaded by `dense` when a search first needs it
+        given = {r.point_id: r.dense for r in records if len(r.dense)}
+        self._dense: np.ndarray | None = self._matrix(given) if given else None
+        self._dense_loader = None if self._dense is not None else dense
+        self._dense_lock = threading.Lock()
+
+    def _build_postings(self, records: Sequence[MemoryRecord]) -> None:
+        # every (token, row, weight) triple sorted by token: a token's postings are one slice of two arrays
         lengths = [len(r.sparse.indices) for r in records]
         tokens = np.concatenate(
             [np.asarray(r.sparse.indices, dtype=np.int64) for r in records] or [np.zeros(0, np.int64)]
@@ -48,13 +95,10 @@ class MemoryIndex:
         weights = np.concatenate(
             [np.asarray(r.sparse.values, dtype=np.float32) for r in records] or [np.zeros(0, np.float32)]
         )
-        rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        rows = np.repeat(np.arange(len(records), dtype=np.int32), lengths)
         order = np.argsort(tokens, kind="stable")
         self._rows, self._weights = rows[order], weights[order]
-        unique, starts, counts = np.unique(tokens[order], return_index=True, return_counts=True)
-        self._postings = dict(zip(unique.tolist(), zip(starts.tolist(), counts.tolist(), strict=True), strict=True))
-        self._languages = np.array([p.get("language", "") for p in self.payloads], dtype=object)
-        self._kinds = np.array([p.get("kind", "") for p in self.payloads], dtype=object)
+        self._tokens, self._starts, self._counts = np.unique(tokens[order], return_index=True, return_counts=True)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,9 +109,9 @@ class MemoryIndex:
             return None
         keep = np.ones(len(self), dtype=bool)
         if language is not None:
-            keep &= self._languages == language
+            keep &= self._languages.equal(language)
         if kind is not None:
-            keep &= self._kinds == kind
+            keep &= self._kinds.equal(kind)
         return keep
 
     def idf(self, document_frequency: int) -> float:
@@ -78,11 +122,15 @@ class MemoryIndex:
         """(scores, matched): BM25 per row, and whether the row shares any token with the query."""
         scores = np.zeros(len(self), dtype=np.float32)
         matched = np.zeros(len(self), dtype=bool)
-        for token, weight in zip(query.indices, query.values, strict=True):
-            posting = self._postings.get(token)
-            if posting is None:
+        if not len(query.indices) or not len(self._tokens):
+            return scores, matched
+        asked = np.asarray(query.indices, dtype=np.int64)
+        found = np.searchsorted(self._tokens, asked)
+        found[found >= len(self._tokens)] = 0  # past the last token: compared below, and unequal
+        for token, weight, position in zip(asked, query.values, found, strict=True):
+            if self._tokens[position] != token:
                 continue
-            start, count = posting
+            start, count = int(self._starts[position]), int(self._counts[position])
             rows = self._rows[start : start + count]
             # a token occurs once per row, so fancy-index += is safe (no repeated rows)
             scores[rows] += np.float32(weight * self.idf(count)) * self._weights[start : start + count]
@@ -94,7 +142,27 @@ class MemoryIndex:
         norm = float(np.linalg.norm(vector))
         if norm > 0:
             vector = vector / norm
-        return self.dense @ vector
+        return self.dense_matrix() @ vector
+
+    def dense_matrix(self) -> np.ndarray:
+        """The rows' unit vectors (zeros for points without one); loaded the first time a search needs them."""
+        if self._dense is None:
+            with self._dense_lock:
+                if self._dense is None:
+                    loaded = self._dense_loader() if self._dense_loader is not None else {}
+                    self._dense = self._matrix(loaded)
+                    self._dense_loader = None
+        return self._dense
+
+    def _matrix(self, vectors: dict[str, Sequence[float] | np.ndarray]) -> np.ndarray:
+        matrix = np.zeros((len(self), self.dim), dtype=np.float32)
+        for row, point_id in enumerate(self.ids):
+            vector = vectors.get(point_id)
+            if vector is not None and len(vector) == self.dim:
+                matrix[row] = vector
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        np.divide(matrix, norms, out=matrix, where=norms > 0)
+        return matrix
 
     def top(self, scores: np.ndarray, limit: int, keep: np.ndarray | None) -> list[tuple[int, float]]:
         """Best `limit` (row, score) among rows in `keep`, best first."""
@@ -106,3 +174,9 @@ class MemoryIndex:
         best = np.argpartition(-scores, limit - 1)[:limit]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(int(i), float(scores[i])) for i in best if np.isfinite(scores[i])]
+
+
+def _field(payload: dict[str, Any] | str, key: str) -> str:
+    if isinstance(payload, str):
+        return ""
+    return str(payload.get(key, "") or "")

@@ -46,7 +46,7 @@ from rag.retrieval.backends import (
     StorePoint,
     is_not_found,
 )
-from rag.retrieval.memory_index import MemoryIndex, MemoryRecord
+from rag.retrieval.memory_index import MemoryIndex
 from rag.retrieval.sparse import SparseVector
 
 __all__ = [
@@ -381,11 +381,8 @@ class VectorStore:
         state = self.backend.live_state(self.alias)
         revision = state[1] if state is not None and state[0] == collection else 0
         dim = self.backend.collection_info(collection)[0]
-        records = [
-            MemoryRecord(point_id=p.point_id, dense=p.dense, sparse=p.sparse, payload=p.payload)
-            for p in self.backend.scroll(collection, payload=True, vectors=True)
-        ]
-        return revision, MemoryIndex(records, dim=dim)
+        records, dense = self.backend.replica(collection)
+        return revision, MemoryIndex(records, dim=dim, dense=dense)
 
     def _current_memory(self) -> MemoryIndex | None:
         current = self._memory

@@ -14,6 +14,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,18 @@ def qdrant_server_url() -> str:
 # The kinds every store test runs on; a server's only when one is given (tests/rag/retrieval/test_store_server.py
 # says so when it is not).
 STORE_KINDS = ("database", "qdrant-local", *(("qdrant-server",) if qdrant_server_url() else ()))
+# As fixture params: a test on the database store commits for real (the replicas, the cache's writer and the jobs
+# read from threads of their own, which see only committed rows).
+def store_params(*kinds: str) -> list[Any]:
+    """`STORE_KINDS` (or those of `kinds` this run has) as params of the `store_kind` fixture."""
+    return [
+        pytest.param(kind, marks=pytest.mark.django_db(transaction=True)) if kind == "database" else kind
+        for kind in STORE_KINDS
+        if not kinds or kind in kinds
+    ]
+
+
+STORE_PARAMS = store_params()
 HOW_TO_TEST_A_SERVER = (
     "no Qdrant server given: run the store's contract tests against one with "
     "QDRANT_URL=http://HOST:6333 .venv/bin/pytest tests/rag/retrieval tests/rag/semcache"

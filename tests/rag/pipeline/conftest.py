@@ -1,14 +1,12 @@
 """The whole default workflow through PipelineRuntime/PipelineRun with an LLM backend pointed at the vLLM
-simulator (real SDK over loopback HTTP), retrieving from a real local store of the demo corpus."""
+simulator (real SDK over loopback HTTP), retrieving from the demo index in the database."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
@@ -61,18 +59,16 @@ async def sim(pipeline_simulator: SimulatorProcess) -> AsyncIterator[SimulatorPr
 
 
 @pytest.fixture(scope="session")
-def demo_retriever(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The demo corpus indexed into a store of this folder's own (local mode locks its directory)."""
+def demo_retriever(demo_index: None, django_db_blocker: Any) -> Iterator[Any]:
+    """The suite's demo index (the database store, as a server opens it), its replica loaded once."""
     from rag.retrieval.embedding import LexicalEmbedder
-    from rag.retrieval.indexer import build_index
-    from rag.retrieval.markdown import load_markdown_dir
     from rag.retrieval.retriever import StoreRetriever
-    from rag.retrieval.store import VectorStore
+    from rag.retrieval.store import open_store_from_settings
 
-    store = VectorStore.open("helpcentre", path=Path(tmp_path_factory.mktemp("pipeline")) / "qdrant")
-    embedder = LexicalEmbedder()
-    build_index(load_markdown_dir(settings.CORPUS_DIR), store, embedder)
-    yield StoreRetriever(store, embedder)
+    with django_db_blocker.unblock():
+        store = open_store_from_settings()
+        store.sync()
+    yield StoreRetriever(store, LexicalEmbedder())
     store.close()
 
 

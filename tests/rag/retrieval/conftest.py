@@ -11,7 +11,7 @@ from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import build_index
 from rag.retrieval.markdown import Document, load_markdown_dir
 from rag.retrieval.store import VectorStore
-from tests.rag.stores import STORE_KINDS, open_store
+from tests.rag.stores import STORE_PARAMS, open_store
 
 CORPUS = {
     "zh-password-reset.md": """---
@@ -128,12 +128,9 @@ def embedder() -> LexicalEmbedder:
     return LexicalEmbedder(dim=256)
 
 
-@pytest.fixture(params=STORE_KINDS)
+@pytest.fixture(params=STORE_PARAMS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Each store test runs on every kind of store: the store's contract (see tests/rag/stores.py)."""
-    if request.param == "database":
-        # writes from other threads (a search during a build) need real commits
-        request.getfixturevalue("transactional_db")
     return str(request.param)
 
 

@@ -19,7 +19,7 @@ from rag.retrieval.store import (
     StorePoint,
     VectorStore,
 )
-from tests.rag.stores import STORE_KINDS, open_store
+from tests.rag.stores import open_store, store_params
 
 ENCODER = BM25Encoder()
 
@@ -128,7 +128,7 @@ def test_reloading_the_live_build_or_switching_back_keeps_both_builds(
     assert store.count() == first.chunks
 
 
-@pytest.mark.parametrize("store_kind", [k for k in STORE_KINDS if k != "qdrant-local"], indirect=True)
+@pytest.mark.parametrize("store_kind", store_params("database", "qdrant-server"), indirect=True)
 def test_a_shared_store_keeps_the_replaced_build_readable_until_the_next_switch(
     store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
 ) -> None:
@@ -150,7 +150,7 @@ def test_a_shared_store_keeps_the_replaced_build_readable_until_the_next_switch(
     assert isinstance(gone.value, CollectionNotFound) or "not found" in str(gone.value).lower()
 
 
-@pytest.mark.parametrize("store_kind", ["qdrant-local"], indirect=True)
+@pytest.mark.parametrize("store_kind", store_params("qdrant-local"), indirect=True)
 def test_the_memory_engine_deletes_the_replaced_build_at_once_and_a_search_in_flight_keeps_its_copy(
     store: VectorStore, documents: list[Document], embedder: LexicalEmbedder
 ) -> None:

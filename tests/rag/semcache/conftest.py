@@ -16,7 +16,7 @@ from rag.retrieval.markdown import load_markdown_dir
 from rag.retrieval.store import VectorStore
 from rag.semcache.cache import SemanticCache, build_semantic_cache
 from tests.rag.retrieval.conftest import write_corpus
-from tests.rag.stores import STORE_KINDS, open_store
+from tests.rag.stores import STORE_PARAMS, open_store
 
 PASSWORD_SOURCES = [
     {"ref": 1, "doc_id": "zh-password-reset", "title": "如何重設密碼", "url": "https://help.example/zh/password-reset"}
@@ -65,12 +65,10 @@ def corpus_dir(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus")
 
 
-@pytest.fixture(params=STORE_KINDS)
+@pytest.fixture(params=STORE_PARAMS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Each cache test runs beside every kind of store: in the database (the entries' rows hold their vectors) and
     in Qdrant (a collection beside the index)."""
-    # the cache writes from its own thread: its rows must be committed for the test to see them
-    request.getfixturevalue("transactional_db")
     return str(request.param)
 
 
