@@ -21,6 +21,10 @@ class IndexBuild(models.Model):
     metadata = models.JSONField(default=dict, blank=True, help_text="what the indexer stored with the build")
     # bumped by writes into the build after it was created (backfilled descriptions written in place)
     revision = models.PositiveBigIntegerField(default=0)
+    # the inverted index of the build's points at `postings_revision` (rag.retrieval.memory_index.Postings), saved by
+    # the process that built it so that every other worker loads it instead of sorting every posting again
+    postings = models.BinaryField(null=True, editable=False)
+    postings_revision = models.PositiveBigIntegerField(null=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from rag.retrieval.memory_index import DenseLoader, MemoryRecord
+from rag.retrieval.memory_index import DenseLoader, MemoryRecord, Postings
 from rag.retrieval.sparse import SparseVector
 
 DENSE = "dense"
@@ -106,9 +106,17 @@ class StoreBackend(Protocol):
         """(the collection `alias` points at, its revision), None without one. A replica reloads when it moves."""
         ...
 
-    def replica(self, name: str) -> tuple[list[MemoryRecord], DenseLoader | None]:
-        """A collection's points for a `MemoryIndex`, and what loads their dense vectors when a search first needs
-        them (None: the records carry them)."""
+    def replica(self, name: str, revision: int) -> tuple[list[MemoryRecord], DenseLoader | None, Postings | None]:
+        """A collection's points for a `MemoryIndex`, what loads their dense vectors when a search first needs
+        them (None: the records carry them), and their postings when saved at `revision` (None: build them)."""
+        ...
+
+    def save_postings(self, name: str, revision: int, postings: Postings) -> bool:
+        """Keep a collection's postings for the next replicas, if it is still at `revision`."""
+        ...
+
+    def revision(self, name: str) -> int:
+        """How many times points were written into the collection (a replica of an older one is stale)."""
         ...
 
 
@@ -235,13 +243,19 @@ class QdrantBackend:
         live = self.aliases().get(alias)
         return None if live is None else (live, 0)
 
-    def replica(self, name: str) -> tuple[list[MemoryRecord], DenseLoader | None]:
+    def replica(self, name: str, revision: int) -> tuple[list[MemoryRecord], DenseLoader | None, Postings | None]:
         # local mode holds every vector in memory already: nothing is saved by loading them later
         records = [
             MemoryRecord(point_id=p.point_id, sparse=p.sparse, payload=p.payload, dense=p.dense)
             for p in self.scroll(name, payload=True, vectors=True)
         ]
-        return records, None
+        return records, None, None
+
+    def save_postings(self, name: str, revision: int, postings: Postings) -> bool:
+        return False  # one process: nobody else would load them
+
+    def revision(self, name: str) -> int:
+        return 0  # one process sees its own writes; a server answers its own queries
 
 
 def fast_local_writes(client: QdrantClient, collection: str) -> None:

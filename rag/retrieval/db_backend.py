@@ -2,7 +2,7 @@
 
 The database is the one source of truth; nothing is searched in it. Each process that searches loads the live
 build into memory (`rag.retrieval.memory_index.MemoryIndex`, see `VectorStore`) and reloads it when the live
-build or its revision moves (`live_state`), which `rag.retrieval.replica` checks every half second in a server.
+build or its revision moves (`live_state`), which `rag.replica` checks every half second in a server.
 So any number of workers, on one machine or several, and any command, share one index through `DATABASE_URL`
 (or one SQLite file), with no lock and no server beyond the database.
 
@@ -25,7 +25,7 @@ from django.db.models.functions import Cast
 
 from rag.models import IndexAlias, IndexBuild, IndexPoint
 from rag.retrieval.backends import AliasOperation, BackendKind, CollectionNotFound, StorePoint
-from rag.retrieval.memory_index import DenseLoader, MemoryRecord
+from rag.retrieval.memory_index import DenseLoader, MemoryRecord, Postings
 from rag.retrieval.sparse import SparseVector
 
 WRITE_BATCH = 500
@@ -168,32 +168,38 @@ class DatabaseBackend:
             else:
                 yield StorePoint(point_id=str(row[0]), dense=(), sparse=empty, payload=data)
 
-    def replica(self, name: str) -> tuple[list[MemoryRecord], DenseLoader | None]:
-        """Payloads as JSON text (decoded only for hits), the fields searches filter on, the sparse vectors; the
-        dense vectors in a second query, made only if a search mode uses them."""
+    def replica(self, name: str, revision: int) -> tuple[list[MemoryRecord], DenseLoader | None, Postings | None]:
+        """Payloads as JSON text (decoded only for hits) and the fields searches filter on; the postings saved at
+        `revision`, or else the sparse vectors to build them from; the dense vectors in a second query, made only if
+        a search mode uses them."""
         build = self._build(name)
+        saved = IndexBuild.objects.using(self.using).filter(pk=build.pk, postings_revision=revision)
+        blob = saved.values_list("postings", flat=True).first()
+        postings = Postings(bytes(blob)) if blob is not None else None
         rows = IndexPoint.objects.using(self.using).filter(build=build)
+        fields: list[Any] = [
+            "point_id",
+            Cast("payload", TextField()),
+            KeyTextTransform("language", "payload"),
+            KeyTextTransform("kind", "payload"),
+        ]
+        if postings is None:
+            fields += ["sparse_indices", "sparse_values"]
+        empty = SparseVector([], [])
         records = [
             MemoryRecord(
-                point_id=str(point_id),
-                sparse=SparseVector(
-                    np.frombuffer(bytes(indices), dtype=_I32),  # type: ignore[arg-type]
-                    np.frombuffer(bytes(values), dtype=_F32),  # type: ignore[arg-type]
+                point_id=str(row[0]),
+                sparse=empty
+                if postings is not None
+                else SparseVector(
+                    np.frombuffer(bytes(row[4]), dtype=_I32),  # type: ignore[arg-type]
+                    np.frombuffer(bytes(row[5]), dtype=_F32),  # type: ignore[arg-type]
                 ),
-                payload=str(payload),
-                language=str(language or ""),
-                kind=str(kind or ""),
+                payload=str(row[1]),
+                language=str(row[2] or ""),
+                kind=str(row[3] or ""),
             )
-            for point_id, payload, language, kind, indices, values in rows.order_by("id")
-            .values_list(
-                "point_id",
-                Cast("payload", TextField()),
-                KeyTextTransform("language", "payload"),
-                KeyTextTransform("kind", "payload"),
-                "sparse_indices",
-                "sparse_values",
-            )
-            .iterator(chunk_size=READ_BATCH)
+            for row in rows.order_by("id").values_list(*fields).iterator(chunk_size=READ_BATCH)
         ]
 
         def dense() -> dict[str, Sequence[float] | np.ndarray]:
@@ -202,7 +208,14 @@ class DatabaseBackend:
                 for point_id, vector in rows.values_list("point_id", "dense").iterator(chunk_size=READ_BATCH)
             }
 
-        return records, dense
+        return records, dense, postings
+
+    def revision(self, name: str) -> int:
+        return int(self._build(name).revision)
+
+    def save_postings(self, name: str, revision: int, postings: Postings) -> bool:
+        saved = IndexBuild.objects.using(self.using).filter(name=name, revision=revision)
+        return saved.update(postings=postings.data, postings_revision=revision) == 1
 
     def retrieve(self, name: str, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         build = self._build(name)

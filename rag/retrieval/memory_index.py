@@ -71,7 +71,17 @@ class MemoryIndex:
     """Immutable once built (the dense matrix is added once, under a lock), so searches on other threads need no
     lock while the store swaps in a new one."""
 
-    def __init__(self, records: Sequence[MemoryRecord], *, dim: int, dense: DenseLoader | None = None) -> None:
+    def __init__(
+        self,
+        records: Sequence[MemoryRecord],
+        *,
+        dim: int,
+        dense: DenseLoader | None = None,
+        postings: Postings | None = None,
+    ) -> None:
+        """`postings`, when given, are the records' inverted index as `postings()` returned it for the same
+        records in the same order (their sparse vectors are then not read): loading it is a few array views,
+        where building it sorts every (token, point) pair of the build."""
         self.dim = dim
         self.ids = [r.point_id for r in records]
         self.payloads = Payloads(
@@ -79,7 +89,10 @@ class MemoryIndex:
         )
         self._languages = _Codes(r.language or _field(r.payload, "language") for r in records)
         self._kinds = _Codes(r.kind or _field(r.payload, "kind") for r in records)
-        self._build_postings(records)
+        if postings is None:
+            self._build_postings(records)
+        else:
+            self._tokens, self._starts, self._counts, self._rows, self._weights = postings.arrays(len(records))
         # the dense side: given with the records, or loaded by `dense` when a search first needs it
         given = {r.point_id: r.dense for r in records if len(r.dense)}
         self._dense: np.ndarray | None = self._matrix(given) if given else None
@@ -87,21 +100,32 @@ class MemoryIndex:
         self._dense_lock = threading.Lock()
 
     def _build_postings(self, records: Sequence[MemoryRecord]) -> None:
-        # every (token, row, weight) triple sorted by token: a token's postings are one slice of two arrays
+        # every (token, row, weight) triple sorted by token: a token's postings are one slice of two arrays. Token
+        # ids fit 31 bits (rag.retrieval.sparse); rows within a token may come in any order (each row once), so an
+        # unstable sort does, and the token boundaries come from one pass over the sorted array.
         lengths = [len(r.sparse.indices) for r in records]
         tokens = np.concatenate(
-            [np.asarray(r.sparse.indices, dtype=np.int64) for r in records] or [np.zeros(0, np.int64)]
+            [np.asarray(r.sparse.indices, dtype=np.int32) for r in records] or [np.zeros(0, np.int32)]
         )
         weights = np.concatenate(
             [np.asarray(r.sparse.values, dtype=np.float32) for r in records] or [np.zeros(0, np.float32)]
         )
         rows = np.repeat(np.arange(len(records), dtype=np.int32), lengths)
-        order = np.argsort(tokens, kind="stable")
+        order = np.argsort(tokens)
+        tokens = tokens[order]
         self._rows, self._weights = rows[order], weights[order]
-        self._tokens, self._starts, self._counts = np.unique(tokens[order], return_index=True, return_counts=True)
+        first = np.ones(len(tokens), dtype=bool)
+        np.not_equal(tokens[1:], tokens[:-1], out=first[1:])
+        self._starts = np.flatnonzero(first)
+        self._tokens = tokens[self._starts]
+        self._counts = np.diff(np.append(self._starts, len(tokens)))
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def postings(self) -> Postings:
+        """The inverted index, to be stored beside the build and given back to a `MemoryIndex` of the same points."""
+        return Postings.pack(self._tokens, self._starts, self._counts, self._rows, self._weights)
 
     def mask(self, *, language: str | None = None, kind: str | None = None) -> np.ndarray | None:
         """Rows passing the filters, or None for no filter."""
@@ -124,7 +148,7 @@ class MemoryIndex:
         matched = np.zeros(len(self), dtype=bool)
         if not len(query.indices) or not len(self._tokens):
             return scores, matched
-        asked = np.asarray(query.indices, dtype=np.int64)
+        asked = np.asarray(query.indices, dtype=np.int32)
         found = np.searchsorted(self._tokens, asked)
         found[found >= len(self._tokens)] = 0  # past the last token: compared below, and unequal
         for token, weight, position in zip(asked, query.values, found, strict=True):
@@ -174,6 +198,32 @@ class MemoryIndex:
         best = np.argpartition(-scores, limit - 1)[:limit]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(int(i), float(scores[i])) for i in best if np.isfinite(scores[i])]
+
+
+class Postings:
+    """An inverted index as bytes: five little-endian arrays after a header of their lengths."""
+
+    _DTYPES = (np.dtype("<i4"), np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i4"), np.dtype("<f4"))
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    @classmethod
+    def pack(cls, *arrays: np.ndarray) -> Postings:
+        header = np.asarray([len(a) for a in arrays], dtype="<i8").tobytes()
+        body = b"".join(np.ascontiguousarray(a, dtype=t).tobytes() for a, t in zip(arrays, cls._DTYPES, strict=True))
+        return cls(header + body)
+
+    def arrays(self, points: int) -> tuple[np.ndarray, ...]:
+        """(tokens, starts, counts, rows, weights), views on the bytes; ValueError when they do not fit `points`."""
+        lengths = np.frombuffer(self.data, dtype="<i8", count=5)
+        offset, out = 5 * 8, []
+        for length, dtype in zip(lengths, self._DTYPES, strict=True):
+            out.append(np.frombuffer(self.data, dtype=dtype, count=int(length), offset=offset))
+            offset += int(length) * dtype.itemsize
+        if offset != len(self.data) or (len(out[3]) and int(out[3].max()) >= points):
+            raise ValueError("postings of another set of points")
+        return tuple(out)
 
 
 def _field(payload: dict[str, Any] | str, key: str) -> str:

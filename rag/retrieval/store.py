@@ -12,7 +12,7 @@ Storage is a backend (`rag.retrieval.backends`): the Django database (the defaul
 `rag.retrieval.db_backend`), a Qdrant server, or qdrant-client's local mode (tests, benchmarks). With the database
 or local mode, queries are answered by a `MemoryIndex`, an exact in-memory replica of the live build; `sync()`
 reloads it when another process switched the live build or wrote into it (a server calls it every half second:
-`rag.retrieval.replica`). A Qdrant server answers its own queries (`engine="qdrant"`, its Query API).
+`rag.replica`). A Qdrant server answers its own queries (`engine="qdrant"`, its Query API).
 Each build also carries an `IndexVersion` in its metadata: what answers drawn from the index (the semantic
 cache's) depend on. It survives incremental builds and changes only when every answer may be wrong.
 
@@ -378,11 +378,18 @@ class VectorStore:
     def _load_memory(self, collection: str) -> tuple[int, MemoryIndex]:
         """(the build's revision when loading began, its points in a MemoryIndex). A write into the build while
         it loads moves the revision again, so the next `sync` reloads."""
-        state = self.backend.live_state(self.alias)
-        revision = state[1] if state is not None and state[0] == collection else 0
+        revision = self.backend.revision(collection)
         dim = self.backend.collection_info(collection)[0]
-        records, dense = self.backend.replica(collection)
-        return revision, MemoryIndex(records, dim=dim, dense=dense)
+        records, dense, postings = self.backend.replica(collection, revision)
+        if postings is not None:
+            try:
+                return revision, MemoryIndex(records, dim=dim, dense=dense, postings=postings)
+            except ValueError:  # saved for another set of points: build them from the points after all
+                records, dense, _ = self.backend.replica(collection, -1)
+        index = MemoryIndex(records, dim=dim, dense=dense)
+        if self.backend.save_postings(collection, revision, index.postings()):
+            logger.info("retrieval replica: saved the postings of %s at revision %d", collection, revision)
+        return revision, index
 
     def _current_memory(self) -> MemoryIndex | None:
         current = self._memory

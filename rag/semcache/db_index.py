@@ -4,7 +4,7 @@ Each `CacheEntry` row holds the entry's vector (float32 bytes) beside the questi
 database is the one place an entry lives: a store is one transaction, a delete (by staff, the purge or the
 re-index hook, in any process) removes the one row. Every worker answers lookups from its `Mirror`, loaded at
 start-up and kept in step by `sync()`: the rows added since the revision it has, and, when the deletion counter
-moved, the ids still there. A server calls `sync()` every half second (rag.retrieval.replica), so an answer
+moved, the ids still there. A server calls `sync()` every half second (rag.replica), so an answer
 cached by one worker is a hit on every other within a second.
 
 Everything here blocks: callers run it in a worker thread.

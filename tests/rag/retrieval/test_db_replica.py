@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from rag.models import IndexBuild
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import build_index, describe_points, live_payloads, refresh_live
 from rag.retrieval.markdown import Document
+from rag.retrieval.memory_index import MemoryIndex
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import VectorStore
 from tests.rag.stores import open_store, unique_alias
@@ -76,3 +78,39 @@ def test_writes_into_the_live_build_reach_the_other_replica(
     assert reader.sync() is True  # the build's revision moved
     assert ask(reader, "獨角獸", limit=1) == ["zh-enrolment"]
     assert live_payloads(reader, [point])[point]["description_en"] == "a unicorn course"
+
+
+def test_a_worker_loads_the_postings_the_builder_saved_instead_of_sorting_them_again(
+    two: tuple[VectorStore, VectorStore],
+    documents: list[Document],
+    embedder: LexicalEmbedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writer, reader = two
+    report = build_index(documents, writer, embedder)
+    build = IndexBuild.objects.get(name=report.collection)
+    assert build.postings is not None and build.postings_revision == build.revision
+
+    def never(*args: object) -> None:
+        raise AssertionError("the postings were built again")
+
+    monkeypatch.setattr(MemoryIndex, "_build_postings", never)
+    assert reader.sync() is True
+    query = ENCODER.encode_query("報名課程 password")
+    assert [(h.point_id, h.score) for h in reader.search(None, query, limit=5)] == [
+        (h.point_id, h.score) for h in writer.search(None, query, limit=5)
+    ]
+
+
+def test_postings_saved_before_a_write_in_place_are_not_used_after_it(
+    two: tuple[VectorStore, VectorStore], documents: list[Document], embedder: LexicalEmbedder
+) -> None:
+    writer, reader = two
+    build_index(documents, writer, embedder)
+    point = writer.search(None, ENCODER.encode_query("報名課程"), limit=1)[0].point_id
+    # written in place, and not yet published by its writer (refresh_live saves the new postings)
+    describe_points(writer, embedder, {point: ("獨角獸課程", "unicorn course")}, described_at="2026-11-25")
+    build = IndexBuild.objects.get(name=writer.live_collection())
+    assert build.postings_revision is not None and build.postings_revision < build.revision
+    assert reader.sync() is True
+    assert ask(reader, "獨角獸", limit=1) == ["zh-enrolment"]  # built from the points as they are now
