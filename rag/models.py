@@ -38,7 +38,10 @@ class IndexPoint(models.Model):
     build = models.ForeignKey(IndexBuild, on_delete=models.CASCADE, related_name="points")
     point_id = models.CharField(max_length=36, help_text="a UUID, the same in every build")
     doc_id = models.CharField(max_length=500, blank=True)
-    payload = models.JSONField(default=dict)
+    language = models.CharField(max_length=16, blank=True)
+    kind = models.CharField(max_length=16, blank=True)
+    # JSON as text: a replica keeps it as text until a hit needs it, and nothing queries inside it
+    payload = models.TextField()
     dense = models.BinaryField(help_text="float32 little-endian")
     sparse_indices = models.BinaryField(help_text="int32 little-endian, sorted")
     sparse_values = models.BinaryField(help_text="float32 little-endian")

@@ -14,14 +14,13 @@ more than a moment (chat answers are recorded meanwhile). Blocking: call it from
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from django.db import connections, transaction
-from django.db.models import F, TextField
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast
+from django.db.models import F
 
 from rag.models import IndexAlias, IndexBuild, IndexPoint
 from rag.retrieval.backends import AliasOperation, BackendKind, CollectionNotFound, StorePoint
@@ -125,7 +124,9 @@ class DatabaseBackend:
                         build=build,
                         point_id=point.point_id,
                         doc_id=str(point.payload.get("doc_id", "")),
-                        payload=point.payload,
+                        language=str(point.payload.get("language", "") or "")[:16],
+                        kind=str(point.payload.get("kind", "") or "")[:16],
+                        payload=json.dumps(point.payload, ensure_ascii=False),
                         dense=dense_bytes(point.dense),
                         sparse_indices=indices,
                         sparse_values=values,
@@ -151,7 +152,7 @@ class DatabaseBackend:
         for row in rows.values_list(*fields).iterator(chunk_size=READ_BATCH):
             data: dict[str, Any] = {}
             if payload is not False:
-                data = dict(row[1] or {})
+                data = dict(json.loads(row[1]))
                 if keep is not None:
                     data = {key: data[key] for key in keep if key in data}
             if vectors:
@@ -177,12 +178,7 @@ class DatabaseBackend:
         blob = saved.values_list("postings", flat=True).first()
         postings = Postings(bytes(blob)) if blob is not None else None
         rows = IndexPoint.objects.using(self.using).filter(build=build)
-        fields: list[Any] = [
-            "point_id",
-            Cast("payload", TextField()),
-            KeyTextTransform("language", "payload"),
-            KeyTextTransform("kind", "payload"),
-        ]
+        fields = ["point_id", "payload", "language", "kind"]
         if postings is None:
             fields += ["sparse_indices", "sparse_values"]
         empty = SparseVector([], [])
@@ -199,7 +195,8 @@ class DatabaseBackend:
                 language=str(row[2] or ""),
                 kind=str(row[3] or ""),
             )
-            for row in rows.order_by("id").values_list(*fields).iterator(chunk_size=READ_BATCH)
+            # one query fetched whole: a server-side cursor's round trips cost more than the rows' memory here
+            for row in rows.order_by("id").values_list(*fields)
         ]
 
         def dense() -> dict[str, Sequence[float] | np.ndarray]:
@@ -225,5 +222,5 @@ class DatabaseBackend:
             rows = IndexPoint.objects.using(self.using).filter(
                 build=build, point_id__in=ids[start : start + WRITE_BATCH]
             )
-            found.update((str(pid), dict(data or {})) for pid, data in rows.values_list("point_id", "payload"))
+            found.update((str(pid), dict(json.loads(data))) for pid, data in rows.values_list("point_id", "payload"))
         return found
