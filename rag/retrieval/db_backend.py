@@ -174,11 +174,11 @@ class DatabaseBackend:
         `revision`, or else the sparse vectors to build them from; the dense vectors in a second query, made only if
         a search mode uses them."""
         build = self._build(name)
-        saved = IndexBuild.objects.using(self.using).filter(pk=build.pk, postings_revision=revision)
-        blob = saved.values_list("postings", flat=True).first()
-        postings = Postings(bytes(blob)) if blob is not None else None
         rows = IndexPoint.objects.using(self.using).filter(build=build)
         fields = ["point_id", "payload", "language", "kind"]
+        postings_query = IndexBuild.objects.using(self.using).filter(pk=build.pk, postings_revision=revision)
+        blob = self._fetch(postings_query.values_list("postings"))
+        postings = Postings(bytes(blob[0][0])) if blob and blob[0][0] is not None else None
         if postings is None:
             fields += ["sparse_indices", "sparse_values"]
         empty = SparseVector([], [])
@@ -195,8 +195,7 @@ class DatabaseBackend:
                 language=str(row[2] or ""),
                 kind=str(row[3] or ""),
             )
-            # one query fetched whole: a server-side cursor's round trips cost more than the rows' memory here
-            for row in rows.order_by("id").values_list(*fields)
+            for row in self._fetch(rows.order_by("id").values_list(*fields))
         ]
 
         def dense() -> dict[str, Sequence[float] | np.ndarray]:
@@ -206,6 +205,22 @@ class DatabaseBackend:
             }
 
         return records, dense, postings
+
+    def _fetch(self, query: Any) -> list[tuple[Any, ...]]:
+        """Every row of a values_list query, fetched whole. On PostgreSQL in binary format: a build's postings
+        (tens of MB) and its points' vectors would otherwise travel as hex text, twice their size, and take four
+        times as long to parse (measured at 20,000 chunks: 1.5 s against 0.4 s for the postings)."""
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
+            return list(query)
+        import psycopg
+
+        sql, params = query.query.sql_with_params()
+        connection.ensure_connection()
+        # Django's cursors bind on the client, which psycopg allows in text format only
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params, binary=True)
+            return list(cursor.fetchall())
 
     def revision(self, name: str) -> int:
         return int(self._build(name).revision)
