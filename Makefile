@@ -27,12 +27,14 @@ run: setup
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format .
@@ -47,4 +49,4 @@ screenshots: install
 		tests/browser/test_graph_builder.py -p no:cacheprovider -q
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache

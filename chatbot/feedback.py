@@ -21,6 +21,7 @@ from django.db.models import QuerySet
 
 from chatbot.models import Feedback, Message
 from rag.telemetry import ScoreRecord, get_telemetry, trace_id_for, trace_summary_from_exchange
+from rag.telemetry.record import ScoreDataType
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,10 @@ MAX_COMMENT_CHARS = 2000
 MAX_ID_CHARS = 64
 THUMBS = {"up": 1, "down": 0}
 # Langfuse score names: one per kind, since a score name should keep one data type.
-SCORE_NAMES = {Feedback.Kind.THUMBS: ("user_feedback", "BOOLEAN"), Feedback.Kind.RATING: ("user_rating", "NUMERIC")}
+SCORE_NAMES: dict[str, tuple[str, ScoreDataType]] = {
+    Feedback.Kind.THUMBS: ("user_feedback", "BOOLEAN"),
+    Feedback.Kind.RATING: ("user_rating", "NUMERIC"),
+}
 
 
 class FeedbackInputError(ValueError):

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +113,7 @@ class ChatExchange:
     def cancel(self) -> None:
         self.run.cancel("cancelled by the client")
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         request_token = request_id_var.set(self.request_id)
         conversation_token = conversation_id_var.set(self.conversation_id)
         try:

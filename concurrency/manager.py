@@ -675,7 +675,7 @@ def get_manager(
     ``configure`` so the caller's settings always win. Callers pass settings in; nothing is read here.
     """
     global _manager
-    options = {
+    options: dict[str, Any] = {
         "priority_enabled": priority_enabled,
         "starvation_threshold": starvation_threshold,
         "acquire_timeout": acquire_timeout,

@@ -229,4 +229,4 @@ def _stop_with_twisted(loop: asyncio.AbstractEventLoop, stop: Callable[[], Await
     def before_shutdown() -> Any:
         return defer.Deferred.fromFuture(loop.create_task(stop()))
 
-    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)  # type: ignore[attr-defined]
+    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)

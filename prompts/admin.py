@@ -76,7 +76,7 @@ class PromptAdmin(admin.ModelAdmin):
         return ("name", "version", "labels", "author", "created_at") if obj is not None else ()
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
-        initial = super().get_changeform_initial_data(request)
+        initial: dict[str, Any] = super().get_changeform_initial_data(request)
         name = initial.get("name")
         if isinstance(name, str) and name in CATALOGUE:
             newest = Prompt.objects.filter(name=name).order_by("-version").first()
@@ -178,7 +178,8 @@ class PromptAdmin(admin.ModelAdmin):
         return custom + super().get_urls()
 
     def _compare_url(self, name: str, version_a: int, version_b: int) -> str:
-        query = urlencode({"name": name, "a": version_a, "b": version_b})
+        params: dict[str, str | int] = {"name": name, "a": version_a, "b": version_b}
+        query = urlencode(params)
         return f"{reverse('admin:prompts_prompt_compare', current_app=self.admin_site.name)}?{query}"
 
     def compare_view(self, request: HttpRequest) -> HttpResponse:
@@ -243,9 +244,9 @@ class PromptAdmin(admin.ModelAdmin):
         if obj is not None:
             extra["assignable_labels"] = ASSIGNABLE_LABELS
             # Against production by default (the compare page's default for a missing `a`).
+            params: dict[str, str | int] = {"name": obj.name, "b": obj.version}
             extra["compare_url"] = (
-                f"{reverse('admin:prompts_prompt_compare', current_app=self.admin_site.name)}?"
-                f"{urlencode({'name': obj.name, 'b': obj.version})}"
+                f"{reverse('admin:prompts_prompt_compare', current_app=self.admin_site.name)}?{urlencode(params)}"
             )
         return super().change_view(request, object_id, form_url, extra)
 

@@ -39,8 +39,9 @@ class PromptVersionForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         # Remembered before validation copies the submitted values onto the instance.
         self._edited = (self.instance.template, self.instance.config) if self.instance.pk else None
-        if "template" in self.fields:
-            self.fields["template"].strip = False  # whitespace is part of a prompt; so is its final newline
+        template_field = self.fields.get("template")
+        if isinstance(template_field, forms.CharField):
+            template_field.strip = False  # whitespace is part of a prompt; so is its final newline
         if self.instance.pk:
             self.fields.pop("name", None)  # a version's name is fixed; it is shown read-only
             self.initial["note"] = ""  # the note describes the new version, not the edited one
@@ -58,7 +59,8 @@ class PromptVersionForm(forms.ModelForm):
         return self.cleaned_data["template"].replace("\r\n", "\n")  # browsers submit CRLF line ends
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         name, template = self.prompt_name(), cleaned.get("template")
         if name and template is not None:
             try:

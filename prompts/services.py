@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 
 from prompts.catalogue import LATEST, PRODUCTION
@@ -47,7 +47,7 @@ def prompt_version_create(
     name: str,
     template: str,
     config: dict[str, Any] | None,
-    author: AbstractBaseUser | None = None,
+    author: User | AnonymousUser | None = None,
     note: str = "",
     labels: Iterable[str] = (),
 ) -> Prompt:
@@ -59,7 +59,7 @@ def prompt_version_create(
     validate_template(name=name, template=template)
     config = validate_config(config)
     wanted = validate_labels([*labels, LATEST])
-    if author is not None and not getattr(author, "is_authenticated", False):
+    if not isinstance(author, User):  # an anonymous user (or none) is recorded as no author
         author = None
     with transaction.atomic():
         rows = _locked_versions(name)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,7 @@ class PipelineRun:
         if self._task is not None and not self._task.done():
             await asyncio.wait({self._task}, timeout=max_wait)
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         """Every event of the run in order, ending with the terminal one."""
         self.start()
         try:
@@ -140,7 +140,9 @@ class PipelineRun:
         if telemetry is not None:
             telemetry.finish(state)  # idempotent: the telemetry node may have finished it already
         if state.error is not None:
-            extra = {"retry_after": state.error.retry_after} if state.error.retry_after is not None else {}
+            extra: dict[str, Any] = (
+                {"retry_after": state.error.retry_after} if state.error.retry_after is not None else {}
+            )
             writer.fail(state.error.code, state.error.message, **extra)
         else:
             writer.finish(self.summary())

@@ -83,7 +83,9 @@ from tests.rag.semcache.paraphrases import CASES, HELD_OUT, UNRELATED, Case, acc
 class LookupOnlyCache(SemanticCache):
     """Looks up like the real cache and never stores, so the questions it misses stay misses."""
 
-    async def store(self, question: str, *, language: str, answer: str, sources: list[dict[str, Any]]) -> None:
+    async def store(
+        self, question: str, *, language: str, answer: str, sources: list[dict[str, Any]], producer: str = ""
+    ) -> None:
         return None
 
 

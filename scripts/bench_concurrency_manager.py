@@ -14,9 +14,10 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,7 +82,7 @@ async def contended(factory: LockFactory, n: int, tasks: int = 64) -> float:
     return (time.perf_counter() - start) / (per_task * tasks)
 
 
-def interleaved_medians(benches: dict[str, Callable[[], Awaitable[float]]], runs: int) -> dict[str, float]:
+def interleaved_medians(benches: Mapping[str, Callable[[], Coroutine[Any, Any, float]]], runs: int) -> dict[str, float]:
     """Median ns per variant; variants alternate within each round so machine drift hits all alike."""
     samples: dict[str, list[float]] = {label: [] for label in benches}
     for _ in range(runs):

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from rag.deps import PipelineDeps  # noqa: E402
 from rag.engine import CompiledGraph, NodeRegistry, NodeType, compile_workflow  # noqa: E402
+from rag.engine.registry import NodeFactory  # noqa: E402
 from rag.events import EventChannel, StreamWriter  # noqa: E402
 from rag.nodes import NODE_TYPES, build_registry  # noqa: E402
 from rag.state import PipelineState, RetrievedChunk  # noqa: E402
@@ -56,6 +57,10 @@ class TrivialNode:
         return self.route
 
 
+def trivial_factory(route: str | None) -> NodeFactory:
+    return lambda deps, params: TrivialNode(route)
+
+
 def trivial_registry() -> NodeRegistry:
     """The real catalogue's names, routes, inputs and outputs, with nodes that do nothing."""
     registry = NodeRegistry()
@@ -67,7 +72,7 @@ def trivial_registry() -> NodeRegistry:
                 description=real.description,
                 inputs=real.inputs,
                 outputs=real.outputs,
-                factory=lambda deps, params, route=route: TrivialNode(route),
+                factory=trivial_factory(route),
                 routes=real.routes,
             )
         )

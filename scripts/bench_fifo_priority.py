@@ -28,11 +28,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR))
 
 import openai  # noqa: E402
+from openai.types.chat import ChatCompletionMessageParam  # noqa: E402
 
 from concurrency.context import request_scope  # noqa: E402
 from concurrency.manager import LLMConcurrencyManager  # noqa: E402
@@ -41,7 +43,7 @@ from concurrency.stats import percentile  # noqa: E402
 
 CALLS_PER_REQUEST = 3
 OUT_DIR = PROJECT_DIR / "docs" / "benchmarks"
-MESSAGES = [{"role": "user", "content": "How do I reset my password?"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "How do I reset my password?"}]
 
 
 @dataclass
@@ -150,7 +152,8 @@ async def run_mode(mode: str, arrivals: list[float], base_url: str, args: argpar
 
 def poisson_arrivals(rate: float, duration: float, seed: int) -> list[float]:
     rng = random.Random(seed)
-    t, out = 0.0, []
+    t = 0.0
+    out: list[float] = []
     while True:
         t += rng.expovariate(rate)
         if t >= duration:
@@ -172,7 +175,18 @@ def row_stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def summarise(run: RunResult) -> dict[str, object]:
+class Summary(TypedDict):
+    n: int
+    errors: int
+    e2e: dict[str, float]
+    ttft: dict[str, float]
+    max_wait: float
+    mean_wait_by_call: list[float]
+    total_wait: dict[str, float]
+    utilisation: float
+
+
+def summarise(run: RunResult) -> Summary:
     done = run.done
     waits_by_call = [[r.waits[i] for r in done] for i in range(CALLS_PER_REQUEST)]
     return {
@@ -249,7 +263,7 @@ def fmt_row(label: str, stats: dict[str, float]) -> str:
     return f"| {label} | {stats['mean']:.2f} | {stats['p50']:.2f} | {stats['p95']:.2f} | {stats['p99']:.2f} |"
 
 
-def markdown(args: argparse.Namespace, facts: dict[str, object], results: dict[str, dict[str, object]]) -> str:
+def markdown(args: argparse.Namespace, facts: dict[str, object], results: dict[str, Summary]) -> str:
     fifo, prio = results["fifo"], results["priority"]
     command = "python scripts/bench_fifo_priority.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     lines = [

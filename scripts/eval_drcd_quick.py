@@ -152,7 +152,7 @@ def main() -> int:
             retriever = StoreRetriever(
                 store,
                 embedder,
-                mode=mode,  # type: ignore[arg-type]
+                mode=mode,
                 encoder=encoder,
                 settings=settings,
             )

@@ -38,15 +38,16 @@ def keep_the_index_across_flushes() -> Iterator[None]:
     their own and drop it (tests/rag/stores.py)."""
     from django.core.management.commands import flush
 
-    original = flush.sql_flush
+    # The stubs do not list the names the command module imports; sql_flush is one of them.
+    original = flush.sql_flush  # type: ignore[attr-defined]
 
     def sql_flush(style: Any, connection: Any, **options: Any) -> list[str]:
         tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
         return connection.ops.sql_flush(style, [t for t in tables if t not in INDEX_TABLES], **options)
 
-    flush.sql_flush = sql_flush
+    flush.sql_flush = sql_flush  # type: ignore[attr-defined]
     yield
-    flush.sql_flush = original
+    flush.sql_flush = original  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -27,10 +27,11 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from asgiref.typing import HTTPDisconnectEvent
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
@@ -43,7 +44,7 @@ from rag.events import TERMINAL_CHANNELS, Event
 
 logger = logging.getLogger(__name__)
 
-Message = dict[str, Any]
+Message = Mapping[str, Any]
 Header = tuple[bytes, bytes]
 
 FINISHED = "sse.finished"
@@ -73,7 +74,7 @@ class _StreamingHttpConsumer(AsyncHttpConsumer):
 
     # --- the receive loop ---------------------------------------------------------------------------------
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Message]], send: Any) -> None:
+    async def __call__(self, scope: Mapping[str, Any], receive: Callable[[], Awaitable[Message]], send: Any) -> None:
         self.client_id, self._client_hex, self._client_is_new = security.client_from_scope(scope)
 
         async def receive_or_finished() -> Message:
@@ -93,7 +94,8 @@ class _StreamingHttpConsumer(AsyncHttpConsumer):
             return {"type": FINISHED}
 
         try:
-            await super().__call__(scope, receive_or_finished, send)
+            # The stubs' ASGI types know neither the scope keys Channels adds nor our own `sse.finished` message.
+            await super().__call__(scope, receive_or_finished, send)  # type: ignore[arg-type]
         finally:
             # Also reached when the server cancels the application (shutdown, application_close_timeout).
             await self._stop_response()
@@ -119,7 +121,7 @@ class _StreamingHttpConsumer(AsyncHttpConsumer):
         self._response = asyncio.create_task(self._respond(b"".join(self.body)), name="sse-response")
         self._response.add_done_callback(self._response_done)
 
-    async def http_disconnect(self, message: Message) -> None:
+    async def http_disconnect(self, message: HTTPDisconnectEvent) -> None:
         await self._stop_response()
         await super().http_disconnect(message)  # runs disconnect() and raises StopConsumer
 
@@ -159,7 +161,8 @@ class _StreamingHttpConsumer(AsyncHttpConsumer):
         await self.send_response(status, json.dumps(content, ensure_ascii=False).encode(), headers=headers)
 
     def _request_id(self) -> str:
-        return str(self.scope.get("url_route", {}).get("kwargs", {}).get("request_id", ""))
+        scope: Mapping[str, Any] = self.scope  # Channels' URL routing adds `url_route`, which HTTPScope does not list
+        return str(scope.get("url_route", {}).get("kwargs", {}).get("request_id", ""))
 
 
 class AskStreamConsumer(_StreamingHttpConsumer):
@@ -266,7 +269,7 @@ class _EventStream:
         self,
         consumer: _StreamingHttpConsumer,
         request_id: str,
-        events: AsyncIterator[Event],
+        events: AsyncGenerator[Event, None],
         stream: LiveStream | None,
         *,
         hold_seconds: float,
@@ -289,7 +292,7 @@ class _EventStream:
         ended = False
         try:
             # aclosing: a cancelled response (disconnect) stops reading the stream at once.
-            async with contextlib.aclosing(self.events):  # type: ignore[type-var]
+            async with contextlib.aclosing(self.events):
                 async for event in self.events:
                     self.last_seq = event["seq"]
                     terminal = event["channel"] in TERMINAL_CHANNELS
@@ -313,10 +316,10 @@ class _EventStream:
             logger.exception("SSE stream %s failed", self.request_id)
             message = exc.message if isinstance(exc, ResumeRefused) else f"internal error ({type(exc).__name__})"
             if self.committed:
-                terminal = transport_error_event(
+                error_event = transport_error_event(
                     "internal", message, request_id=self.request_id, after_seq=self.last_seq
                 )
-                await consumer.send_body(sse_frame(terminal), more_body=False)
+                await consumer.send_body(sse_frame(error_event), more_body=False)
             else:
                 await consumer._send_json_error(500, "internal", message)
         finally:

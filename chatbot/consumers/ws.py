@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -192,12 +192,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self._forward(request_id, resumption.events, resumption.local, after_seq=last_seq)
 
     async def _forward(
-        self, request_id: str, events: AsyncIterator[Event], stream: LiveStream | None, *, after_seq: int
+        self, request_id: str, events: AsyncGenerator[Event, None], stream: LiveStream | None, *, after_seq: int
     ) -> None:
         ended = False
         last_seq = after_seq
         try:
-            async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async with contextlib.aclosing(events):
                 async for event in events:
                     await self.send_json(event)
                     last_seq = event["seq"]

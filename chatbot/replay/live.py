@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from chatbot.streaming import ChatExchange, transport_error_event
 from rag.events import TERMINAL_CHANNELS, Event
@@ -66,8 +66,8 @@ class LiveStream:
         if mirror is not None:
             self._spawn(self._mirror(mirror), f"relay-mirror-{self.request_id}")
 
-    def _spawn(self, coroutine: object, name: str) -> None:
-        task = asyncio.create_task(coroutine, name=name)  # type: ignore[arg-type]
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
 
@@ -189,7 +189,7 @@ class LiveStream:
             )
         return self._events[after_seq + 1 - self._first_seq :]
 
-    async def tail(self, after_seq: int = 0) -> AsyncIterator[Event]:
+    async def tail(self, after_seq: int = 0) -> AsyncGenerator[Event, None]:
         """Events with seq > after_seq as they arrive, up to and including the terminal one."""
         while True:
             wake = self._wake

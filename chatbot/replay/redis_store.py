@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from chatbot.replay.live import ResumeRefused
@@ -104,7 +104,7 @@ class RedisStreamStore:
             return []  # a trim moved the list between the two reads: the next poll starts from the new head
         return events
 
-    async def tail(self, request_id: str, after_seq: int, *, idle_seconds: float) -> AsyncIterator[Event]:
+    async def tail(self, request_id: str, after_seq: int, *, idle_seconds: float) -> AsyncGenerator[Event, None]:
         """Events with seq > after_seq up to the terminal one, polling; ends with an `error` if the stream expires
         or shows nothing new for `idle_seconds` (its worker stopped writing)."""
         quiet_since = time.monotonic()

@@ -10,7 +10,7 @@ ones are never dropped, and their number is bounded by the LLM concurrency limit
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from chatbot.replay.live import LiveStream, ResumeRefused
@@ -31,7 +31,7 @@ class Resumption:
     this process, its stream (for cancel and the disconnect policy)."""
 
     request_id: str
-    events: AsyncIterator[Event]
+    events: AsyncGenerator[Event, None]
     local: LiveStream | None
     complete: bool  # the client has the terminal event already: there is nothing to send
 

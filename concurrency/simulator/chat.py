@@ -60,7 +60,7 @@ class ChatResponder(Responder):
 
     def document(self) -> dict[str, Any]:
         generation = self.generation
-        message = {
+        message: dict[str, Any] = {
             "role": "assistant",
             "content": generation.content_text,
             "reasoning_content": generation.reasoning_text or None,

@@ -53,7 +53,9 @@ class MultipleFileField(forms.FileField):
 
 
 class UploadForm(forms.Form):
-    files = MultipleFileField(
+    # The form's metaclass moves declared fields off the class, so this does not shadow `BaseForm.files` (the
+    # uploaded files) at run time; the stubs see a class attribute.
+    files = MultipleFileField(  # type: ignore[assignment]
         help_text=f"Markdown, text, HTML, PDF or SQuAD JSON; at most {MAX_UPLOAD_BYTES // (1024 * 1024)} MB each. "
         "A file with the name of an earlier upload replaces it."
     )

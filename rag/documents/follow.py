@@ -25,7 +25,7 @@ from urllib.parse import urljoin
 
 import httpx
 from django.conf import settings
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, OutputWrapper
 from django.db import OperationalError, connections
 from django.utils import timezone
 
@@ -130,7 +130,7 @@ class InProcess:
 def job_follow(
     job: Job,
     *,
-    out: TextIO,
+    out: TextIO | OutputWrapper,
     label: str,
     local: InProcess | None = None,
     interval: float = _DRAW_INTERVAL,
@@ -248,7 +248,7 @@ def command_store(command: JobCommand) -> VectorStore | None:
 def job_command_run(
     command: JobCommand,
     *,
-    out: TextIO,
+    out: TextIO | OutputWrapper,
     create: Callable[[], Job],
     execute: Execute,
     no_wait: bool = False,
@@ -279,7 +279,7 @@ def job_command_run(
         return job_run_here(job, store, out=out, label=command.label(job), execute=execute)
 
 
-def job_run_here(job: Job, store: VectorStore, *, out: TextIO, label: str, execute: Execute) -> Job:
+def job_run_here(job: Job, store: VectorStore, *, out: TextIO | OutputWrapper, label: str, execute: Execute) -> Job:
     """Run `execute(job, store, stop)` on an event loop of its own (on the job's thread), following the row."""
 
     async def main(stop: threading.Event) -> None:

@@ -7,6 +7,8 @@ server runs) executes it: see rag.documents.runner and the reindex/backfill comm
 
 from __future__ import annotations
 
+from typing import ClassVar, Self
+
 from django.conf import settings
 from django.db import models
 
@@ -108,6 +110,10 @@ class Job(models.Model):
     runner = models.CharField(max_length=200, blank=True, help_text="hostname:pid of the process running it")
     # refreshed while running: a running job whose heartbeat stops was abandoned by a dead process
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    # Declared for the type checker alone: an abstract model has no manager, but code that handles either kind of
+    # job through `type[Job]` reaches the concrete model's `objects`.
+    objects: ClassVar[models.Manager[Self]]
 
     class Meta:
         abstract = True

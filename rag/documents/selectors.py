@@ -50,7 +50,7 @@ def job_as_dict(*, job: Job) -> dict[str, Any]:
         "error": job.error,
         "log": job.log,
         "report": job.report or {},
-        "created_by": job.created_by.get_username() if job.created_by_id else None,
+        "created_by": job.created_by.get_username() if job.created_by is not None else None,
         "created_from": job.created_from,
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),

@@ -74,7 +74,7 @@ def retry_locked(fn: Callable[P, T]) -> Callable[P, T]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        return db_retry(fn, *args, **kwargs)
+        return db_retry(functools.partial(fn, *args, **kwargs))
 
     return wrapper
 

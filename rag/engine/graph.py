@@ -309,7 +309,7 @@ def compile_workflow(
         if edge.max_visits is not None:
             bounds[(edge.source, edge.route)] = edge.max_visits
     steps: dict[str, tuple[Node, dict[str, str]]] = {}
-    problems: list[WorkflowProblem] = []
+    problems = []
     for spec in definition.nodes:
         node_type = registry.get(spec.type)
         assert node_type is not None  # validated above

@@ -17,7 +17,7 @@ class Node(Protocol):
         ...
 
 
-PARAM_TYPES: dict[str, tuple[type, ...]] = {
+PARAM_TYPES: dict[str, tuple[type[Any], ...]] = {
     "int": (int,),
     "float": (int, float),
     "bool": (bool,),

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import re
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal
 
 from openai import AsyncOpenAI
@@ -128,7 +128,7 @@ class LLMBackend:
         max_tokens: int | None = None,
         total_timeout: float | None = None,
         extra_body: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[LLMDelta]:
+    ) -> AsyncGenerator[LLMDelta, None]:
         """Stream an answer: ``answer`` and ``reasoning`` deltas as they come, then one ``usage`` delta.
 
         Give ``messages`` (chat-style, either backend) or ``instructions`` + ``input``. Raises rag.errors

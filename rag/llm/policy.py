@@ -32,7 +32,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -292,7 +292,7 @@ class CallPolicy:
         open_stream: Callable[[], Awaitable[AsyncStream[Any]]],
         new_parser: Callable[[], StreamParser],
         timeouts: StreamTimeouts,
-    ) -> AsyncIterator[LLMDelta]:
+    ) -> AsyncGenerator[LLMDelta, None]:
         """Yield the deltas of one streamed completion, then one ``usage`` delta when the server reported it.
 
         Consume it with ``contextlib.aclosing`` (or run it to the end): a generator abandoned half-way holds its
@@ -331,7 +331,7 @@ class CallPolicy:
         parser: StreamParser,
         timeouts: StreamTimeouts,
         deadline: float,
-    ) -> AsyncIterator[LLMDelta]:
+    ) -> AsyncGenerator[LLMDelta, None]:
         """One attempt, run inside the slot. Raises _AttemptFailed only while nothing has been yielded."""
         loop = asyncio.get_running_loop()
         started = loop.time()

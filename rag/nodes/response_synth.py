@@ -30,7 +30,7 @@ from rag.offline import answers, messages
 from rag.offline.followup import ELABORATE, SHORTEN, SUMMARIZE
 from rag.offline.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
 from rag.offline.transforms import split_answer, transform_previous_answer
-from rag.state import PipelineState, Usage
+from rag.state import Attachment, PipelineState, Usage
 from rag.text.language import OTHER
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class ResponseSynth:
             return
         if numbered is None:  # a translation: the previous answer's sources, listed in the target language
             sources = state.sources or split_answer(state.previous_answer)[1]
-            attachments = []
+            attachments: list[Attachment] = []
             language = followup_mode(state.followup_instruction, state.previous_answer).target_language
         else:
             sources, attachments = cited_sources(body, numbered)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
@@ -56,7 +57,7 @@ class StoreLockedError(StoreError):
 @dataclass(frozen=True, slots=True)
 class StorePoint:
     point_id: str  # a UUID string (Qdrant ids are unsigned ints or UUIDs)
-    dense: Sequence[float]
+    dense: Sequence[float] | np.ndarray  # a database row's vector is read as an array over its bytes
     sparse: SparseVector
     payload: dict[str, Any]
 
@@ -264,7 +265,8 @@ def fast_local_writes(client: QdrantClient, collection: str) -> None:
     import sqlite3
 
     try:
-        connection = client._client.collections[collection].storage.storage  # type: ignore[union-attr]
+        # qdrant-client's private local-mode objects, which its types do not describe
+        connection = client._client.collections[collection].storage.storage  # type: ignore[attr-defined]
     except (AttributeError, KeyError):
         return
     if isinstance(connection, sqlite3.Connection):

@@ -203,7 +203,13 @@ class MemoryIndex:
 class Postings:
     """An inverted index as bytes: five little-endian arrays after a header of their lengths."""
 
-    _DTYPES = (np.dtype("<i4"), np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i4"), np.dtype("<f4"))
+    _DTYPES: tuple[np.dtype[Any], ...] = (
+        np.dtype("<i4"),
+        np.dtype("<i8"),
+        np.dtype("<i8"),
+        np.dtype("<i4"),
+        np.dtype("<f4"),
+    )
 
     def __init__(self, data: bytes) -> None:
         self.data = data

@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 from qdrant_client import QdrantClient, models
@@ -297,7 +297,8 @@ class QdrantCacheIndex:
                 vector = record.vector if isinstance(record.vector, list) else None
                 if vector is None or len(vector) != self.dim:
                     continue
-                mirror.add(str(record.id), vector, dict(record.payload or {}))
+                # the collection holds one unnamed dense vector per point: a list is that vector, not a multi-vector
+                mirror.add(str(record.id), cast("list[float]", vector), dict(record.payload or {}))
         logger.info("semantic cache: %d entries loaded from %s", len(mirror), self.collection)
 
     def _scroll(self, *, with_vectors: bool, payload: bool | list[str] = True) -> Iterable[models.Record]:

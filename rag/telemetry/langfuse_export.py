@@ -168,7 +168,7 @@ class LangfuseWriter:
             # A span without a duration was still running when the request ended: the telemetry node that
             # called `finish` (fine), or the node that failed or was cancelled.
             still_running = node.ms is None
-            end_ns = max(trace.end_ns, node.start_ns) if still_running else node.start_ns + int(node.ms * 1e6)
+            end_ns = max(trace.end_ns, node.start_ns) if node.ms is None else node.start_ns + int(node.ms * 1e6)
             metadata = {"route": node.route or None, "ms": round((end_ns - node.start_ns) / 1e6, 2)}
             attributes = {**common, _A.OBSERVATION_TYPE: "span", **_metadata(_A.OBSERVATION_METADATA, metadata)}
             ids.use(span_id=_span_id(trace.trace_id, f"node:{index}:{node.node}"))
@@ -247,7 +247,7 @@ class LangfuseWriter:
             value=score.value,
             trace_id=score.trace_id,
             score_id=score.score_id,
-            data_type=score.data_type,  # type: ignore[arg-type]
+            data_type=score.data_type,
             comment=score.comment,
             metadata=dict(score.metadata) if score.metadata else None,
         )

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from rag.errors import PipelineAbort
 from rag.state import PipelineState, Usage
@@ -279,6 +279,9 @@ def trace_summary_from_exchange(
     )
 
 
+ScoreDataType = Literal["BOOLEAN", "NUMERIC"]
+
+
 @dataclass(frozen=True, slots=True)
 class ScoreRecord:
     """A score for a request's trace (user feedback). `score_id` is stable per feedback so an update overwrites."""
@@ -287,7 +290,7 @@ class ScoreRecord:
     trace_id: str
     name: str
     value: float
-    data_type: str  # "BOOLEAN" | "NUMERIC"
+    data_type: ScoreDataType
     score_id: str
     comment: str | None = None
     metadata: Mapping[str, Any] | None = None

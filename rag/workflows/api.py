@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -264,7 +264,7 @@ def _draft_graph(draft_id: Any) -> dict[str, Any]:
     return selectors.workflow_draft_get(draft_id=draft_id).graph
 
 
-async def _event_frames(run: PipelineRun) -> AsyncIterator[bytes]:
+async def _event_frames(run: PipelineRun) -> AsyncGenerator[bytes, None]:
     """The run's events as SSE frames, ending with exactly one terminal; a client going away cancels the run."""
     last_seq = 0
     ended = False
@@ -299,7 +299,7 @@ async def _event_frames(run: PipelineRun) -> AsyncIterator[bytes]:
 
 @never_cache
 @staff_api()
-async def test_run(request: HttpRequest) -> HttpResponse:
+async def test_run(request: HttpRequest) -> HttpResponseBase:
     """`{"graph": {...} | "draft_id", "question", "backend"}`: validate and compile through the runtime's own
     engine and cache, run the graph on the question, stream its events as SSE in the chat schema.
     Invalid graph: 400 with the problems."""

@@ -88,7 +88,7 @@ def _check_into(draft: WorkflowDraft) -> None:
     draft.valid = check.valid
 
 
-def workflow_draft_create(*, name: str, graph: Any = None, user: Any = None, note: str = "") -> WorkflowDraft:
+def workflow_draft_create(*, name: object, graph: Any = None, user: Any = None, note: str = "") -> WorkflowDraft:
     """A new draft at version 1 (archived). ValidationError for a bad or taken name, GraphShapeError for a graph
     that is not JSON of the workflow's shape."""
     name = _name_clean(name)
@@ -106,7 +106,7 @@ def workflow_draft_create(*, name: str, graph: Any = None, user: Any = None, not
     return draft
 
 
-def workflow_draft_copy_default(*, name: str, user: Any = None) -> WorkflowDraft:
+def workflow_draft_copy_default(*, name: object, user: Any = None) -> WorkflowDraft:
     """A new editable draft holding the shipped workflow (the default itself cannot be edited)."""
     graph = copy.deepcopy(DEFAULT_WORKFLOW) | {"name": _name_clean(name)}
     return workflow_draft_create(name=name, graph=graph, user=user, note="copied from the default workflow")
@@ -153,13 +153,13 @@ def workflow_draft_restore(*, draft_id: int, version: int, user: Any = None) -> 
     return workflow_draft_save(draft_id=draft_id, graph=archived.graph, user=user, note=f"restored v{version}")
 
 
-def workflow_draft_publish(*, draft_id: int, backend: str, user: Any = None) -> WorkflowDraft:
+def workflow_draft_publish(*, draft_id: int, backend: object, user: Any = None) -> WorkflowDraft:
     """Make the draft's saved graph the pipeline of `backend` (replacing whichever draft served it).
 
     Raises PublishRefused with the engine's problems when the graph cannot run, ValidationError for an unknown
     backend. A draft serves one backend: publishing it to another moves it there.
     """
-    if backend not in BACKENDS:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValidationError(f"'backend' must be one of {', '.join(BACKENDS)}, not {backend!r}", code="invalid")
     with transaction.atomic():
         draft = WorkflowDraft.objects.select_for_update().get(pk=draft_id)

@@ -308,7 +308,7 @@ def sse_body(request_id: str, events: list[dict[str, Any]]) -> str:
 
 def test_the_reasoning_channel_is_folded_away(page: Any) -> None:
     request_id = "reasoning0001"
-    events = [
+    events: list[dict[str, Any]] = [
         {"node": "response_synth", "channel": "status", "stage": "start"},
         *({"node": "response_synth", "channel": "reasoning", "stage": "delta", "delta": d} for d in REASONING),
         {"node": "response_synth", "channel": "answer", "stage": "delta", "delta": "Use **Forgot password** [1]."},

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from channels.layers import DEFAULT_CHANNEL_LAYER, BaseChannelLayer, InMemoryChannelLayer, channel_layers
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, channel_layers
 from channels.testing import ApplicationCommunicator
 
 from chatbot import cancel, replay

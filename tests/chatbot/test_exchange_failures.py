@@ -25,8 +25,8 @@ async def test_a_drop_mid_answer_records_the_partial_answer_as_failed(
     attempts: AttemptLog,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(streaming, "get_runtime", lambda: runtime)
     runtime = make_runtime()
+    monkeypatch.setattr(streaming, "get_runtime", lambda: runtime)
     # The planner's call succeeds; the answer's connection is cut after 4 reasoning and 4 answer tokens.
     await sim.afaults(fail_next=["ok", "drop:8"])
     ask = streaming.ask_input_parse({"question": "How do I reset my password?"}, backend="chat", client_id="anon:t")

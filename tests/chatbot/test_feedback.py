@@ -53,7 +53,7 @@ def exchange(client_hex: str, request_id: str, answer: str = "請到登入頁點
 
 
 def post(client: Client, payload: Any, *, client_hex: str | None = ALICE, content_type: str = "application/json"):
-    headers = {"HTTP_X_CLIENT_ID": client_hex} if client_hex else {}
+    headers: dict[str, Any] = {"HTTP_X_CLIENT_ID": client_hex} if client_hex else {}
     body = payload if isinstance(payload, str | bytes) else json.dumps(payload)
     return client.post(URL, body, content_type=content_type, **headers)
 

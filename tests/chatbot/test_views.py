@@ -6,8 +6,10 @@ import csv
 import io
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.http import StreamingHttpResponse
 from django.test import Client
 
 from chatbot import views
@@ -54,6 +56,7 @@ def test_a_form_downloads_with_its_content_type(client: Client, corpus: Path) ->
     assert response.status_code == 200
     assert response["Content-Type"] == "application/pdf"
     assert "attachment" in response["Content-Disposition"] and "F-101.pdf" in response["Content-Disposition"]
+    assert isinstance(response, StreamingHttpResponse)
     assert b"".join(response.streaming_content) == b"%PDF-1.4 fake"
     docx = client.get("/forms/F-102%20reissue.docx")
     assert docx.status_code == 200
@@ -122,9 +125,14 @@ def test_the_form_catalogue_is_read_once_until_the_corpus_changes(
 ) -> None:
     import rag.retrieval.markdown as markdown
 
-    calls = []
+    calls: list[Path] = []
     real = markdown.load_markdown_dir
-    monkeypatch.setattr(markdown, "load_markdown_dir", lambda path: calls.append(path) or real(path))
+
+    def counted(path: Path) -> Any:
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(markdown, "load_markdown_dir", counted)
     monkeypatch.setattr(views, "_catalogue", None)
     views.form_catalogue()
     views.form_catalogue()

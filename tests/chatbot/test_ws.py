@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
@@ -97,7 +98,7 @@ async def test_a_second_turn_uses_the_conversation_history() -> None:
 async def test_cancel_mid_stream_ends_with_cancelled(slow_answers: None, opened_exchanges: list) -> None:
     communicator = await connected()
     await communicator.send_json_to({"type": "ask", "question": "How do I reset my password?"})
-    events = []
+    events: list[dict[str, Any]] = []
     while not any(e["channel"] == "answer" for e in events):
         events.append(await communicator.receive_json_from(timeout=20))
     await communicator.send_json_to({"type": "cancel", "request_id": events[0]["request_id"]})

@@ -31,6 +31,7 @@ from concurrency.models import ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
 from concurrency.worker_tasks import WorkerTasksMiddleware
+from tests.asgi_doubles import receive_unused, send_unused
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 
@@ -60,6 +61,12 @@ async def eventually(check: Callable[[], bool], within: float = 1.0) -> float:
     return time.monotonic() - start
 
 
+def current_version() -> int:
+    current = settings_current()
+    assert current is not None, "no settings applied yet"
+    return current.version
+
+
 def snapshot(version: int, **changes) -> SettingsSnapshot:
     base = {
         "version": version,
@@ -83,7 +90,7 @@ def test_applying_a_snapshot_configures_the_manager_and_skips_older_ones() -> No
 
     assert manager.limit("chat") == 2
     assert manager.mode == "priority"
-    assert settings_current().version == 3
+    assert current_version() == 3
     assert settings_apply(snapshot(2, limits={"chat": 5}), force=True)
     assert manager.limit("chat") == 5
 
@@ -95,7 +102,7 @@ def test_a_snapshot_the_manager_refuses_leaves_the_old_settings() -> None:
     assert not settings_apply(snapshot(2, limits={"chat": 0}))
 
     assert manager.limit("chat") == 4
-    assert settings_current().version == 1
+    assert current_version() == 1
 
 
 def test_callbacks_get_every_applied_snapshot_and_the_current_one_on_registration() -> None:
@@ -161,7 +168,7 @@ async def test_the_runner_applies_the_row_at_start(stop_runner) -> None:
     live_settings_start(LiveSettingsRunner(redis_url=""))
 
     await eventually(lambda: get_manager().limit("chat") == 3)
-    assert settings_current().version == 2
+    assert current_version() == 2
 
 
 @pytest.mark.django_db(transaction=True)
@@ -186,7 +193,7 @@ async def test_a_change_saved_by_another_process_arrives_through_the_database_po
     await ConcurrencySettings.objects.filter(pk=1).aupdate(limit_embedding=5, version=9)
 
     elapsed = await eventually(lambda: get_manager().limit("embedding") == 5, within=1.0)
-    assert settings_current().version == 9
+    assert current_version() == 9
     assert elapsed < 1.0
 
 
@@ -195,7 +202,7 @@ async def test_start_is_idempotent_and_stop_ends_the_task() -> None:
     first = live_settings_start(LiveSettingsRunner(redis_url=""))
     second = live_settings_start()
 
-    assert first is second
+    assert first is not None and first is second
     assert live_settings_running() is not None
 
     await live_settings_stop()
@@ -212,8 +219,8 @@ async def test_the_asgi_wrapper_starts_the_task_on_the_first_connection(stop_run
         calls.append(scope["type"])
 
     wrapped = WorkerTasksMiddleware(app, [live_settings_task])
-    await wrapped({"type": "http"}, None, None)
-    await wrapped({"type": "websocket"}, None, None)
+    await wrapped({"type": "http"}, receive_unused, send_unused)
+    await wrapped({"type": "websocket"}, receive_unused, send_unused)
 
     assert calls == ["http", "websocket"]
     assert live_settings_running() is not None
@@ -226,7 +233,7 @@ async def test_the_asgi_wrapper_can_be_switched_off(settings) -> None:
     async def app(scope, receive, send) -> None:
         calls.append(scope["type"])
 
-    await WorkerTasksMiddleware(app, [live_settings_task])({"type": "http"}, None, None)
+    await WorkerTasksMiddleware(app, [live_settings_task])({"type": "http"}, receive_unused, send_unused)
 
     assert calls == ["http"]
     assert live_settings_running() is None
@@ -282,7 +289,7 @@ async def test_a_change_published_by_another_worker_is_applied_within_a_second(r
 
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
-        change = snapshot(settings_current().version + 1, limits={"chat": 1, "default": 2})
+        change = snapshot(current_version() + 1, limits={"chat": 1, "default": 2})
         await client.publish(f"{redis_prefix}:concurrency:settings", change.to_json())
     finally:
         await client.aclose()

@@ -156,7 +156,7 @@ def test_after_commit_the_change_reaches_this_process_manager(django_capture_on_
     assert manager.mode == "priority"
     assert manager.starvation_threshold == 4.0
     assert manager.max_waiters == 7
-    assert settings_current() is not None and settings_current().version == 2
+    assert (current := settings_current()) is not None and current.version == 2
 
 
 def test_nothing_is_applied_when_the_transaction_rolls_back(django_capture_on_commit_callbacks) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from concurrency.worker_tasks import WorkerTask, WorkerTasksMiddleware
+from tests.asgi_doubles import receive_unused, send_unused
 
 
 class Job:
@@ -290,7 +291,11 @@ async def test_the_middleware_starts_the_switched_on_tasks_on_the_first_connecti
 ) -> None:
     switches = {"on": True, "off": False}
     factories = {name: Factory() for name in switches}
-    workers = [WorkerTask(name, factories[name], enabled=lambda name=name: switches[name]) for name in switches]
+
+    def switch(name: str) -> Callable[[], bool]:
+        return lambda: switches[name]
+
+    workers = [WorkerTask(name, factories[name], enabled=switch(name)) for name in switches]
     stopped_after.extend(workers)
     calls: list[str] = []
 
@@ -298,15 +303,15 @@ async def test_the_middleware_starts_the_switched_on_tasks_on_the_first_connecti
         calls.append(scope["type"])
 
     wrapped = WorkerTasksMiddleware(app, workers)
-    await wrapped({"type": "http"}, None, None)
-    await wrapped({"type": "websocket"}, None, None)
+    await wrapped({"type": "http"}, receive_unused, send_unused)
+    await wrapped({"type": "websocket"}, receive_unused, send_unused)
 
     assert calls == ["http", "websocket"]
     assert workers[0].running() is factories["on"].made[0] and factories["on"].calls == 1
     assert workers[1].running() is None and factories["off"].calls == 0
 
     switches["off"] = True  # read at each connection
-    await wrapped({"type": "http"}, None, None)
+    await wrapped({"type": "http"}, receive_unused, send_unused)
     assert workers[1].running() is factories["off"].made[0]
 
 

@@ -28,7 +28,7 @@ def test_a_process_local_cache_is_a_deployment_warning_about_prompt_changes_acro
     [warning] = prompt_cache_deploy_check()
     assert warning.id == "prompts.W002"
     assert "LocMemCache" in warning.msg and "other workers" in warning.msg
-    assert "REDIS_URL" in warning.hint
+    assert warning.hint is not None and "REDIS_URL" in warning.hint
 
 
 def test_a_shared_cache_passes_the_deployment_check(settings):

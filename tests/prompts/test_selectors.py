@@ -138,4 +138,5 @@ async def test_aprompt_get_sees_a_change_from_another_worker(clock):
     assert (await aprompt_get(name=NAME)).version == newer.version
     clock.advance(0.1)
     assert (await aprompt_get(name=NAME)).version == older.version
-    assert memory.peek(NAME, "production").version == older.version
+    held = memory.peek(NAME, "production")
+    assert held is not None and held.version == older.version

@@ -6,6 +6,8 @@ https://help.example/forms/<form id>; build new ones with `article`, `form` or, 
 
 from __future__ import annotations
 
+from typing import Any
+
 from rag.state import RetrievedChunk
 
 HELP_URL = "https://help.example"
@@ -46,9 +48,9 @@ def form(form_id: str, text: str, *, title: str, form_file: str, language: str =
 
 def chunk(chunk_id: str, text: str = "", *, score: float = 0.5, **fields: object) -> RetrievedChunk:
     """Any chunk, with placeholder title, URL and text unless given (for ranking and fusion tests)."""
-    base = {"doc_id": chunk_id.split("#")[0], "title": chunk_id, "url": f"{HELP_URL}/{chunk_id}"}
+    base: dict[str, Any] = {"doc_id": chunk_id.split("#")[0], "title": chunk_id, "url": f"{HELP_URL}/{chunk_id}"}
     base.update(fields)
-    return RetrievedChunk(chunk_id=chunk_id, text=text or f"text of {chunk_id}", score=score, **base)  # type: ignore[arg-type]
+    return RetrievedChunk(chunk_id=chunk_id, text=text or f"text of {chunk_id}", score=score, **base)
 
 
 PASSWORD_ZH = article(

@@ -61,7 +61,7 @@ async def follow(worker: VectorStore, cmd: VectorStore, tmp_path: Path) -> None:
     try:
         await wait_until(lambda: sync.checks >= 1)
         report = await asyncio.to_thread(build_index, documents, cmd, embedder)
-        await wait_until(lambda: worker.replica() is not None and worker.replica()[0] == report.collection)
+        await wait_until(lambda: (replica := worker.replica()) is not None and replica[0] == report.collection)
         hits = await asyncio.to_thread(worker.search, None, BM25Encoder().encode_query("報名課程"), limit=1)
         assert hits[0].payload["doc_id"] == "zh-enrolment"
 
@@ -73,7 +73,7 @@ async def follow(worker: VectorStore, cmd: VectorStore, tmp_path: Path) -> None:
         assert await asyncio.to_thread(worker.search, None, BM25Encoder().encode_query("報名課程"), limit=1)
         target.down = False
         again = await asyncio.to_thread(build_index, documents, cmd, embedder)
-        await wait_until(lambda: worker.replica() is not None and worker.replica()[0] == again.collection)
+        await wait_until(lambda: (replica := worker.replica()) is not None and replica[0] == again.collection)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

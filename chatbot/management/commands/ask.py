@@ -22,7 +22,7 @@ from urllib.parse import urljoin
 
 import httpx
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from chatbot import security
 from chatbot.consumers.common import event_json
@@ -81,7 +81,7 @@ def iter_sse_events(lines: Iterable[str]) -> Iterator[Event]:
 class Renderer:
     """Writes events to the terminal: JSON lines, or the answer as text with its sources."""
 
-    def __init__(self, out: TextIO, *, as_json: bool, color: bool, base_url: str) -> None:
+    def __init__(self, out: TextIO | OutputWrapper, *, as_json: bool, color: bool, base_url: str) -> None:
         self.out = out
         self.as_json = as_json
         self.color = color

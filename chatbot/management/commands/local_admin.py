@@ -7,7 +7,7 @@ import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 CREDENTIALS_FILE = "admin_credentials.json"
 
@@ -15,7 +15,7 @@ CREDENTIALS_FILE = "admin_credentials.json"
 class Command(BaseCommand):
     help = "Create a local superuser with a random password on first run; print the login."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="admin")
 
     def handle(self, *args: object, **options: object) -> None:

@@ -102,8 +102,9 @@ class _PageText(HTMLParser):
         if self._dropping:
             top = self._dropping[-1]
             if tag == top[0]:
-                top[1] = int(top[1]) - 1
-                if top[1] <= 0:
+                depth = int(top[1]) - 1
+                top[1] = depth
+                if depth <= 0:
                     self._dropping.pop()
             return
         if tag == "title":

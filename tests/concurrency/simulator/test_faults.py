@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from concurrency.simulator.testing import SimulatorProcess
 from tests.concurrency.simulator.fixtures import SimulatorFactory, make_client
 
-MESSAGES = [{"role": "user", "content": "hello"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
 
-async def _chat_stream(client: openai.AsyncOpenAI, **kwargs: object) -> list[str]:
+async def _chat_stream(client: openai.AsyncOpenAI, **kwargs: Any) -> list[str]:
     stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True, **kwargs)
     return [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
 

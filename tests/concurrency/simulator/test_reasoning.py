@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from concurrency.simulator.testing import SimulatorProcess
 from tests.concurrency.simulator.fixtures import FAST_FLAGS, SimulatorFactory, make_client
@@ -52,7 +53,7 @@ async def test_chat_streams_reasoning_content_first(client: openai.AsyncOpenAI) 
 
 
 async def test_chat_enable_thinking_false_and_non_streaming(client: openai.AsyncOpenAI) -> None:
-    messages = [{"role": "user", "content": "hello"}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
     thinking = await client.chat.completions.create(model="m", messages=messages)
     direct = await client.chat.completions.create(
         model="m", messages=messages, extra_body={"chat_template_kwargs": {"enable_thinking": False}}

@@ -82,7 +82,7 @@ def test_timing_grows_with_running() -> None:
 
 
 def test_schema_instance_covers_common_constructs() -> None:
-    schema = {
+    schema: dict[str, Any] = {
         "$defs": {
             "Level": {"enum": ["low", "high"]},
             "Item": {"type": "object", "properties": {"n": {"$ref": "#/$defs/N"}}},
@@ -206,7 +206,7 @@ STREAM = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream
 
 async def test_app_routes_and_validation() -> None:
     app = build_app(SimulatorConfig(ttft_ms=0, tpot_ms=0))
-    cases = [
+    cases: list[tuple[str, str, Any, int]] = [
         ("GET", "/nope", None, 404),
         ("GET", "/v1/chat/completions", None, 405),
         ("POST", "/v1/chat/completions", {"messages": []}, 400),

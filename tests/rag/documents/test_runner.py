@@ -20,6 +20,7 @@ from rag.documents.runner import JobContext, JobRunner, job_runner_task
 from rag.documents.services import index_job_create
 from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.store import VectorStore
+from tests.asgi_doubles import receive_unused, send_unused
 from tests.rag.documents.conftest import CORPUS, CountingEmbedder, doc_ids_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,7 +41,7 @@ async def wait_for(job: IndexJob, *, until: Any, within: float = 20.0) -> IndexJ
 
 @pytest.fixture
 async def running(store: VectorStore, embedder: CountingEmbedder) -> AsyncIterator[tuple[JobRunner, StoreRetriever]]:
-    retriever = StoreRetriever(store, embedder)  # type: ignore[arg-type]
+    retriever = StoreRetriever(store, embedder)
 
     async def context() -> JobContext:
         return JobContext(store=store, embedder=embedder)
@@ -141,8 +142,8 @@ async def test_the_middleware_starts_the_runner_once_and_stops_it_at_lifespan_sh
 
     wrapped = WorkerTasksMiddleware(app, [job_runner_task])
     try:
-        await wrapped({"type": "http"}, None, None)
-        await wrapped({"type": "http"}, None, None)
+        await wrapped({"type": "http"}, receive_unused, send_unused)
+        await wrapped({"type": "http"}, receive_unused, send_unused)
         await asyncio.sleep(0.01)
         assert isinstance(runner_module.job_runner_running(), FakeRunner) and started == ["run"]
 
@@ -180,11 +181,11 @@ async def test_the_runner_is_off_unless_enabled(monkeypatch: Any, settings: Any)
 
     wrapped = WorkerTasksMiddleware(app, [job_runner_task])
     try:
-        await wrapped({"type": "http"}, None, None)
+        await wrapped({"type": "http"}, receive_unused, send_unused)
         assert calls == ["http"] and runner_module.job_runner_running() is None
 
         settings.RAG_JOB_RUNNER = True  # the switch is read at each connection
-        await wrapped({"type": "http"}, None, None)
+        await wrapped({"type": "http"}, receive_unused, send_unused)
         assert isinstance(runner_module.job_runner_running(), FakeRunner)
     finally:
         await runner_module.job_runner_stop()

@@ -1,7 +1,7 @@
 import threading
 
 from rag.deps import PipelineDeps
-from rag.engine import GraphCache, WorkflowDefinition, compile_workflow
+from rag.engine import CompiledGraph, GraphCache, WorkflowDefinition, compile_workflow
 from rag.nodes import build_registry
 from rag.workflows import DEFAULT_WORKFLOW, default_workflow
 from tests.rag.nodes.support import InMemoryRetriever
@@ -25,7 +25,8 @@ def variant(max_chars: int) -> WorkflowDefinition:
 
 
 def test_same_definition_compiles_once():
-    cache, calls = GraphCache(), []
+    cache = GraphCache()
+    calls: list[str] = []
     first = cache.get_or_compile(default_workflow(), compiler(calls))
     second = cache.get_or_compile(WorkflowDefinition.from_dict(DEFAULT_WORKFLOW), compiler(calls))
     assert first is second
@@ -34,7 +35,8 @@ def test_same_definition_compiles_once():
 
 
 def test_params_and_compile_time_extras_change_the_key():
-    cache, calls = GraphCache(), []
+    cache = GraphCache()
+    calls: list[str] = []
     a = cache.get_or_compile(default_workflow(), compiler(calls))
     b = cache.get_or_compile(variant(100), compiler(calls))
     c = cache.get_or_compile(default_workflow(), compiler(calls), params={"top_k": 3})
@@ -44,7 +46,8 @@ def test_params_and_compile_time_extras_change_the_key():
 
 
 def test_least_recently_used_entry_is_evicted():
-    cache, calls = GraphCache(max_entries=2), []
+    cache = GraphCache(max_entries=2)
+    calls: list[str] = []
     cache.get_or_compile(variant(1), compiler(calls))
     cache.get_or_compile(variant(2), compiler(calls))
     cache.get_or_compile(variant(1), compiler(calls))  # refreshes 1
@@ -56,7 +59,8 @@ def test_least_recently_used_entry_is_evicted():
 
 
 def test_clear_and_stats():
-    cache, calls = GraphCache(), []
+    cache = GraphCache()
+    calls: list[str] = []
     cache.get_or_compile(default_workflow(), compiler(calls))
     cache.get_or_compile(default_workflow(), compiler(calls))
     stats = cache.stats()
@@ -69,7 +73,9 @@ def test_clear_and_stats():
 
 
 def test_concurrent_callers_get_a_working_graph():
-    cache, calls, results = GraphCache(), [], []
+    cache = GraphCache()
+    calls: list[str] = []
+    results: list[CompiledGraph] = []
 
     def worker():
         results.append(cache.get_or_compile(default_workflow(), compiler(calls)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rag.engine import NodeRegistry, NodeType, WorkflowDefinition, validate_workflow
+from rag.engine import Node, NodeRegistry, NodeType, WorkflowDefinition, validate_workflow
 from rag.engine.dataflow import written_on_every_path
 from rag.engine.errors import WorkflowProblem
 from rag.nodes import build_registry
@@ -57,16 +57,20 @@ def test_the_path_named_is_a_shortest_one_through_the_branch_that_skips_the_writ
     assert "on path guard --blocked--> log --default--> cache, arriving from predecessor 'log'" in problem.message
 
 
+def never_built(deps: Any, params: dict[str, Any]) -> Node:
+    raise AssertionError("these workflows are validated, never built")
+
+
 def _loop_registry() -> NodeRegistry:
     """start (reads nothing), reader (reads search_query), writer (writes search_query, may loop back)."""
     registry = NodeRegistry()
     label = {"en": "x", "zh-hant": "x"}
-    registry.register(NodeType("start", label, (), (), lambda d, p: None))
-    registry.register(NodeType("reader", label, ("search_query",), (), lambda d, p: None))
+    registry.register(NodeType("start", label, (), (), never_built))
+    registry.register(NodeType("reader", label, ("search_query",), (), never_built))
     registry.register(
-        NodeType("writer", label, (), ("search_query",), lambda d, p: None, routes=("again", "done")),
+        NodeType("writer", label, (), ("search_query",), never_built, routes=("again", "done")),
     )
-    registry.register(NodeType("request_reader", label, ("question", "history"), (), lambda d, p: None))
+    registry.register(NodeType("request_reader", label, ("question", "history"), (), never_built))
     return registry
 
 

@@ -1,9 +1,10 @@
 import copy
+from typing import Any
 
 import pytest
 
 from rag.deps import PipelineDeps
-from rag.engine import NodeRegistry, NodeType, ParamSpec, WorkflowDefinition, WorkflowError, compile_workflow
+from rag.engine import Node, NodeRegistry, NodeType, ParamSpec, WorkflowDefinition, WorkflowError, compile_workflow
 from rag.engine.errors import LoopLimitExceeded
 from rag.nodes import build_registry
 from rag.workflows import DEFAULT_WORKFLOW, default_workflow
@@ -155,6 +156,10 @@ async def test_a_node_that_keeps_looping_is_stopped_by_the_edge_bound():
     assert state.nodes_run == ["a"] * 4
 
 
+def never_built(deps: Any, params: dict[str, Any]) -> Node:
+    raise AssertionError("a workflow with a bad parameter is refused before any node is built")
+
+
 def test_bad_param_value_fails_at_build_time():
     registry = NodeRegistry()
     registry.register(
@@ -163,7 +168,7 @@ def test_bad_param_value_fails_at_build_time():
             {"en": "x", "zh-hant": "x"},
             (),
             (),
-            lambda d, p: None,
+            never_built,
             params={"n": ParamSpec("int", 1, minimum=1)},
         )
     )
@@ -224,7 +229,7 @@ async def test_a_blocked_question_ends_at_telemetry_with_an_error_on_state():
     writer, channel = make_writer()
     await graph.run(state, writer)
     assert state.nodes_run == ["guard", "telemetry"]
-    assert state.error.code == "bad_request"
+    assert state.error is not None and state.error.code == "bad_request"
     events = await drain(channel)
     assert not [e for e in events if e["channel"] == "answer"]
 
@@ -266,7 +271,7 @@ def test_node_events_are_labelled_with_the_workflow_node_id() -> None:
     )
     graph = compile_workflow(definition, registry=build_registry(), deps=_deps_for_ids())
     node, _routes = graph._steps["front_door"]
-    assert node.name == "front_door"
+    assert getattr(node, "name", None) == "front_door"
 
 
 def test_a_parameter_the_node_cannot_use_fails_at_build_time_naming_the_node() -> None:
@@ -292,11 +297,11 @@ def test_a_parameter_the_node_cannot_use_fails_at_build_time_naming_the_node() -
     assert info.value.problems[0].code == "bad_param"
 
 
-def _deps_for_ids():  # type: ignore[no-untyped-def]
+def _deps_for_ids() -> PipelineDeps:
     from rag.deps import PipelineDeps
 
     class _NoRetriever:
-        async def search(self, query, *, limit, language=None, kind=None):  # type: ignore[no-untyped-def]
+        async def search(self, query, *, limit, language=None, kind=None):
             return []
 
     return PipelineDeps(retriever=_NoRetriever())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, Timeout
 
 from rag.llm.client import ClientKey, aclose_clients, get_client
 
@@ -16,6 +16,7 @@ async def test_one_client_per_key_with_sdk_retries_off() -> None:
         assert get_client(ClientKey("http://127.0.0.1:9/v1", "secret", 2.0, 30.0)) is client
         assert get_client(ClientKey("http://127.0.0.1:9/v1", "other", 2.0, 30.0)) is not client
         assert client.max_retries == 0
+        assert isinstance(client.timeout, Timeout)
         assert client.timeout.connect == 2.0 and client.timeout.read == 30.0
         assert "secret" not in repr(key)
     finally:

@@ -6,6 +6,7 @@ import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
 from rag.llm import InvalidLLMOutput
+from rag.llm.backends import ChatBackend
 from tests.rag.llm.conftest import USER, BackendFactory
 
 PLAN_SCHEMA = {
@@ -22,7 +23,7 @@ PLAN_SCHEMA = {
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_json_schema_output_is_parsed_and_validated(
-    api: str, make_backend: BackendFactory, sim: SimulatorProcess
+    api: ChatBackend, make_backend: BackendFactory, sim: SimulatorProcess
 ) -> None:
     messages = [{"role": "system", "content": "Plan the answer."}, {"role": "user", "content": "form download"}]
     result = await make_backend().complete(backend=api, node="planner", messages=messages, json_schema=PLAN_SCHEMA)

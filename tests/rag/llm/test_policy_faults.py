@@ -8,6 +8,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -15,10 +16,11 @@ from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess, free_port
 from rag.errors import Busy, UpstreamError, UpstreamTimeout
 from rag.llm import LLMBackend, LLMDelta
+from rag.llm.backends import ChatBackend
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, wait_idle
 
 
-async def stream_all(backend: LLMBackend, api: str = "chat", **kwargs: object) -> list[LLMDelta]:
+async def stream_all(backend: LLMBackend, api: ChatBackend = "chat", **kwargs: Any) -> list[LLMDelta]:
     out: list[LLMDelta] = []
     async with contextlib.aclosing(backend.stream_answer(backend=api, node="n", messages=USER, **kwargs)) as deltas:
         async for delta in deltas:
@@ -32,7 +34,7 @@ async def upstream_attempts(sim: SimulatorProcess, api: str = "chat") -> int:
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_429_waits_for_retry_after_then_succeeds(
-    api: str, make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+    api: ChatBackend, make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
     await sim.afaults(fail_next=["429"], retry_after=2)
     started = time.monotonic()

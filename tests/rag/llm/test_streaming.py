@@ -4,16 +4,17 @@ request on the wire as the API expects it."""
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
-from rag.llm import LLMDelta
+from rag.llm import LLMBackend, LLMDelta
 from rag.state import Usage
 from tests.rag.llm.conftest import USER, BackendFactory
 
 
-async def collect(backend_obj, **kwargs) -> list[LLMDelta]:  # type: ignore[no-untyped-def]
+async def collect(backend_obj: LLMBackend, **kwargs: Any) -> list[LLMDelta]:
     async with contextlib.aclosing(backend_obj.stream_answer(**kwargs)) as deltas:
         return [delta async for delta in deltas]
 

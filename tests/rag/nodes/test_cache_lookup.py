@@ -91,4 +91,4 @@ async def test_slow_broken_or_empty_cache_is_a_miss(cache):
 
 def test_a_cache_without_lookup_fails_at_build_time():
     with pytest.raises(TypeError, match="lookup"):
-        CacheLookup(cache=object(), timeout=1)
+        CacheLookup(cache=object(), timeout=1)  # type: ignore[arg-type]  # the wrong type is the point

@@ -1,8 +1,10 @@
+from typing import Any
+
 import pytest
 
 from rag.nodes.cache_store import CacheStore
 from rag.state import Source
-from tests.rag.nodes.support import history, make_state, make_writer
+from tests.rag.nodes.support import InMemoryRetriever, history, make_state, make_writer
 
 CONVERSATION = history(("user", "如何報名課程？"), ("assistant", "登入後在課程頁點選「報名」[1]。"))
 
@@ -19,7 +21,7 @@ class RecordingCache:
 
 
 def answered(**fields):
-    base = dict(
+    base: dict[str, Any] = dict(
         normalized_question="如何重設密碼?",
         language="zh-hant",
         answer="步驟[1]。",
@@ -96,6 +98,9 @@ def test_the_answer_counts_as_written_with_the_history_when_the_pipeline_has_an_
     from rag.deps import PipelineDeps
     from rag.nodes.cache_store import NODE_TYPE
 
-    offline = NODE_TYPE.factory(PipelineDeps(retriever=None, cache=RecordingCache()), {"timeout": 1.0})
-    with_llm = NODE_TYPE.factory(PipelineDeps(retriever=None, cache=RecordingCache(), llm=object()), {"timeout": 1.0})
+    offline = NODE_TYPE.factory(PipelineDeps(retriever=InMemoryRetriever(), cache=RecordingCache()), {"timeout": 1.0})
+    with_llm = NODE_TYPE.factory(
+        PipelineDeps(retriever=InMemoryRetriever(), cache=RecordingCache(), llm=object()), {"timeout": 1.0}
+    )
+    assert isinstance(offline, CacheStore) and isinstance(with_llm, CacheStore)
     assert (offline._answer_saw_history, with_llm._answer_saw_history) == (False, True)

@@ -20,12 +20,14 @@ async def test_a_fine_question_passes():
 async def test_empty_question_is_a_bad_request(question):
     state = make_state(question)
     assert await guard().run(state, make_writer()[0]) == "blocked"
+    assert state.error is not None
     assert (state.error.code, state.error.message) == ("bad_request", "question is empty")
 
 
 async def test_too_long_question_names_the_limit_and_the_length():
     state = make_state("x" * 11)
     assert await guard(max_chars=10).run(state, make_writer()[0]) == "blocked"
+    assert state.error is not None
     assert state.error.code == "bad_request"
     assert "11" in state.error.message
     assert "10" in state.error.message
@@ -40,6 +42,7 @@ async def test_default_patterns_block_prompt_injection_even_in_full_width():
     ]:
         state = make_state(question)
         assert await node.run(state, make_writer()[0]) == "blocked"
+        assert state.error is not None
         assert state.error.code == "blocked"
 
 
@@ -49,6 +52,7 @@ async def test_rate_limit_answers_busy_with_retry_after():
     assert await node.run(make_state(client_id="c1"), make_writer()[0]) is None
     state = make_state(client_id="c1")
     assert await node.run(state, make_writer()[0]) == "blocked"
+    assert state.error is not None
     assert state.error.code == "busy"
     assert state.error.retry_after == 60.0
 
@@ -72,7 +76,9 @@ def test_the_stricter_limit_and_all_patterns_apply():
         retriever=InMemoryRetriever(), config=PipelineConfig(max_question_chars=100, blocked_patterns=("foo",))
     )
     node = NODE_TYPE.factory(deps, NODE_TYPE.resolve_params({"max_chars": 500, "blocked_patterns": ["bar"]}))
+    assert isinstance(node, Guard)
     assert node._max_chars == 100
+    assert node._blocked is not None
     assert node._blocked.search("foo") and node._blocked.search("bar")
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
+from rag.deps import PromptSnapshot
 from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.planner import PLAN_SCHEMA, Planner
 from tests.rag.llm.conftest import AttemptLog, BackendFactory
@@ -153,7 +154,7 @@ async def test_out_of_scope_goes_direct(canned: CannedFactory, prompts: Catalogu
 
 async def test_an_unavailable_prompt_falls_back_too(canned: CannedFactory) -> None:
     class Broken:
-        async def get(self, name: str) -> object:
+        async def get(self, name: str) -> PromptSnapshot:
             raise RuntimeError("registry down")
 
     llm, server = await canned("{}")

@@ -4,6 +4,7 @@ channel, only cited sources kept, every call's usage emitted and summed, the sum
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def synth(llm: object, prompts: object, **kwargs: object) -> ResponseSynth:
 
 
 def faq_state(**fields: object):
-    base = {
+    base: dict[str, Any] = {
         "normalized_question": "How do I reset my password?",
         "language": "en",
         "intent": "simple_faq",

@@ -39,14 +39,14 @@ def test_a_build_made_by_one_is_served_by_the_other_after_its_sync(
     writer, reader = two
     assert ask(reader, "報名課程") == [] and reader.sync() is False  # nothing built yet
     first = build_index([d for d in documents if d.doc_id != "zh-enrolment"], writer, embedder)
-    assert reader.sync() is True and reader.replica() is not None and reader.replica()[0] == first.collection
+    assert reader.sync() is True and (replica := reader.replica()) is not None and replica[0] == first.collection
     assert "zh-enrolment" not in ask(reader, "報名課程")
 
     second = build_index(documents, writer, embedder)
     # until it syncs, the reader keeps serving the whole build it has
     assert "zh-enrolment" not in ask(reader, "報名課程")
     assert reader.sync() is True
-    assert reader.replica() is not None and reader.replica()[0] == second.collection
+    assert (replica := reader.replica()) is not None and replica[0] == second.collection
     assert ask(reader, "報名課程", limit=1) == ["zh-enrolment"]
     assert reader.sync() is False  # nothing moved since
 

@@ -252,7 +252,7 @@ def test_build_compatible_tells_vector_spaces_apart(sim: SimulatorProcess) -> No
     lexical = LexicalEmbedder()
     network = OpenAIEmbedder(backend(sim))
     encoder = BM25Encoder()
-    metadata = {
+    metadata: dict[str, Any] = {
         "schema": 1,
         "embedder": lexical.name,
         "dim": lexical.dim,

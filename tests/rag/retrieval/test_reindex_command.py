@@ -73,4 +73,4 @@ def test_reindex_runs_while_a_worker_serves_and_the_worker_follows(configured: P
         out, _ = run()
         assert "Indexed 5 documents" in out
         assert worker.sync() is True  # the worker's next check loads the new build
-        assert worker.replica() is not None and worker.replica()[0] == worker.live_collection()
+        assert (replica := worker.replica()) is not None and replica[0] == worker.live_collection()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from typing import Any
 
 import pytest
 
@@ -90,9 +91,9 @@ async def test_search_runs_off_the_event_loop(indexed_store: VectorStore, embedd
     threads: list[threading.Thread] = []
     original = indexed_store.search
 
-    def spy(*args: object, **kwargs: object) -> object:
+    def spy(*args: Any, **kwargs: Any) -> Any:
         threads.append(threading.current_thread())
-        return original(*args, **kwargs)  # type: ignore[arg-type]
+        return original(*args, **kwargs)
 
     indexed_store.search = spy  # type: ignore[method-assign]
     await StoreRetriever(indexed_store, embedder).search("密碼", limit=1)

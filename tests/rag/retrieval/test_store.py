@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from qdrant_client import models
@@ -24,12 +25,12 @@ from tests.rag.stores import open_store, store_params
 ENCODER = BM25Encoder()
 
 
-def ask(store: VectorStore, embedder: LexicalEmbedder, query: str, **kwargs: object) -> list[str]:
+def ask(store: VectorStore, embedder: LexicalEmbedder, query: str, **kwargs: Any) -> list[str]:
     hits = store.search(
         embedder.embed_query(query),
         ENCODER.encode_query(query),
         limit=kwargs.pop("limit", 3),
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
     return [hit.payload["doc_id"] for hit in hits]
 

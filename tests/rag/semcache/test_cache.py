@@ -158,7 +158,7 @@ async def test_hits_are_counted_in_memory_and_flushed_in_one_batch(semantic_cach
 
     row = await CacheEntry.objects.aget()
     assert row.hits == 3
-    assert row.last_hit_at.timestamp() == clock.now
+    assert row.last_hit_at is not None and row.last_hit_at.timestamp() == clock.now
     assert semantic_cache.stats()["pending_hits"] == 0
 
 

@@ -86,7 +86,7 @@ async def test_a_standalone_question_asked_mid_conversation_is_answered_from_the
     history = [Turn("user", "如何報名課程？"), Turn("assistant", "登入後在課程頁點選「報名」[1]。")]
     state = make_state("密碼要怎麼重設？", normalized_question="密碼要怎麼重設？", language="zh-hant", history=history)
     assert await CacheLookup(cache=semantic_cache, timeout=1.0).run(state, make_writer()[0]) == "hit"
-    assert state.cache_hit["answer"] == "在登入頁點選「忘記密碼」[1]。"
+    assert state.cache_hit is not None and state.cache_hit["answer"] == "在登入頁點選「忘記密碼」[1]。"
 
 
 async def test_a_stored_answer_is_found_for_a_paraphrase_and_streamed_in_chunks(semantic_cache):

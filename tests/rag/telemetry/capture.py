@@ -180,6 +180,7 @@ class CaptureServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an IPv4 server's address; only a Unix socket's would be bytes
         return f"http://{host}:{port}"
 
     def __enter__(self) -> CaptureServer:

@@ -9,6 +9,7 @@ from typing import Any
 
 from rag.deps import PipelineDeps
 from rag.engine import NodeRegistry, compile_workflow
+from rag.engine.registry import NodeFactory
 from rag.events import StreamWriter
 from rag.nodes import NODE_TYPES
 from rag.state import PipelineState, Usage
@@ -33,14 +34,15 @@ class ReportingPlanner:
         return route
 
 
+def reporting(real: NodeFactory) -> NodeFactory:
+    return lambda deps, params: ReportingPlanner(real(deps, params))
+
+
 def registry_with_llm_planner() -> NodeRegistry:
     registry = NodeRegistry()
     for node_type in NODE_TYPES:
         if node_type.name == "planner":
-            node_type = replace(
-                node_type,
-                factory=lambda deps, params, real=node_type.factory: ReportingPlanner(real(deps, params)),
-            )
+            node_type = replace(node_type, factory=reporting(node_type.factory))
         registry.register(node_type)
     return registry
 
@@ -89,3 +91,9 @@ class FakeExporter:
 
     def stats(self) -> dict[str, int]:
         return {"traces": len(self.traces), "scores": len(self.scores)}
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        return True  # nothing is queued: submit records at once
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        pass

@@ -145,6 +145,7 @@ async def test_finish_from_the_telemetry_node_hands_over_spans_the_loop_no_longe
 
     async def main():
         observer = telemetry.begin(state)
+        assert observer is not None  # sampled: the rate is 1
         observer.node_started("telemetry")
         telemetry.finish(state)  # what the telemetry node calls
         observer.node_finished("telemetry", "default", 0.01)  # the engine, after the node returned

@@ -14,6 +14,7 @@ from rag.nodes import build_registry
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.workflows import live, selectors, services
 from rag.workflows.default import default_workflow
+from tests.asgi_doubles import receive_unused, send_unused
 from tests.rag.nodes.support import InMemoryRetriever
 from tests.rag.workflows.conftest import LEAN_NODES, lean_graph
 
@@ -143,10 +144,10 @@ async def test_the_asgi_wrapper_starts_one_task_and_holds_no_connection_back(set
     )
     wrapped = WorkerTasksMiddleware(app, [live.workflow_sync_task])
     try:
-        await wrapped({"type": "http"}, None, None)
+        await wrapped({"type": "http"}, receive_unused, send_unused)
         sync = live.workflow_sync_start()
         assert sync is not None
-        await wrapped({"type": "websocket"}, None, None)
+        await wrapped({"type": "websocket"}, receive_unused, send_unused)
         assert live.workflow_sync_start() is sync  # one task per process
         assert calls == ["http", "websocket"]
         await asyncio.wait_for(sync.loaded.wait(), 5)
