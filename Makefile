@@ -28,6 +28,7 @@ run: setup
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -35,6 +36,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 format: install
 	$(BIN)/ruff format .
@@ -49,4 +51,4 @@ screenshots: install
 		tests/browser/test_graph_builder.py -p no:cacheprovider -q
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache .import_linter_cache
