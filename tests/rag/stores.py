@@ -30,6 +30,8 @@ def qdrant_server_url() -> str:
 # The kinds every store test runs on; a server's only when one is given (tests/rag/retrieval/test_store_server.py
 # says so when it is not).
 STORE_KINDS = ("database", "qdrant-local", *(("qdrant-server",) if qdrant_server_url() else ()))
+
+
 # As fixture params: a test on the database store commits for real (the replicas, the cache's writer and the jobs
 # read from threads of their own, which see only committed rows).
 def store_params(*kinds: str) -> list[Any]:
