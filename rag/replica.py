@@ -59,6 +59,7 @@ class ReplicaSync:
         self.replicas = replicas
         self.interval = interval
         self.checks = 0
+        self.failures = 0  # checks the database did not answer
         self.reloads = 0
         self.last_check: float | None = None  # time.monotonic() of the last completed check
         self._failing = False
@@ -94,6 +95,7 @@ class ReplicaSync:
                 if callable(sync) and sync():
                     changed += 1
         except DatabaseError as exc:
+            self.failures += 1
             if not self._failing:
                 logger.warning("replica sync: the database does not answer (%s); serving what is loaded", exc)
             self._failing = True

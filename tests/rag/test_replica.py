@@ -67,8 +67,9 @@ async def follow(worker: VectorStore, cmd: VectorStore, tmp_path: Path) -> None:
 
         # the database goes away: the worker keeps serving what it holds, and follows again when it is back
         target.down = True
+        await wait_until(lambda: sync.failures >= 1)  # a check in flight when it went may still have succeeded
         checks = sync.checks
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: sync.failures >= 5)
         assert sync.checks == checks and not task.done()
         assert await asyncio.to_thread(worker.search, None, BM25Encoder().encode_query("報名課程"), limit=1)
         target.down = False
