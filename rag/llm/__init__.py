@@ -1,7 +1,7 @@
 """LLM client and call policy: streamed answers, JSON-schema completions and embeddings from an
 OpenAI-compatible server, under one rate-limit / concurrency / retry / timeout policy.
 
-What the lead wires from settings (rag.wiring), once per process::
+What the composition root (rag.wiring) builds from settings, once per process::
 
     from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig, OpenAIEmbedder
     llm = LLMBackend(LLMConfig(base_url=..., ...), CallPolicyConfig(rpm={...}, ...))

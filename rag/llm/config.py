@@ -1,6 +1,6 @@
 """Plain configuration of the LLM client and its call policy.
 
-Nothing here reads Django settings: the lead builds these from settings once (rag.wiring) and passes them in,
+Nothing here reads Django settings: the composition root (rag.wiring) builds these from settings once and passes them in,
 so the LLM package can be used and tested without Django.
 """
 
