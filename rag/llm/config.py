@@ -1,7 +1,7 @@
 """Plain configuration of the LLM client and its call policy.
 
-Nothing here reads Django settings: the composition root (rag.wiring) builds these from settings once and passes them in,
-so the LLM package can be used and tested without Django.
+Nothing here reads Django settings: the composition root (rag.wiring) builds these from settings once and passes
+them in, so the LLM package can be used and tested without Django.
 """
 
 from __future__ import annotations
