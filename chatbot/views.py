@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils._os import safe_join
 from django.views.decorators.http import require_GET, require_safe
 
-from chatbot import security
+from chatbot import readiness, security
 from chatbot.selectors import conversation_list, conversation_messages
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,24 @@ def chat_page(request: HttpRequest) -> HttpResponse:
 def health(request: HttpRequest) -> JsonResponse:
     # The `ask` command probes this to tell our server from anything else listening on ASK_SERVER_URL.
     return JsonResponse({"status": "ok", "service": "helpcentre-chatbot"})
+
+
+@require_GET
+async def ready(request: HttpRequest) -> JsonResponse:
+    """200 when this worker can serve a question end to end; 503 naming each part that cannot."""
+    checks = await readiness.readiness()
+    failing = [name for name, check in checks.items() if not check.ok]
+    body: dict[str, Any] = {
+        "status": "not_ready" if failing else "ready",
+        "checks": {name: check.as_dict() for name, check in checks.items()},
+    }
+    if not failing:
+        return JsonResponse(body)
+    message = "; ".join(f"{name}: {checks[name].detail}" for name in failing)
+    body["error"] = {"code": "not_ready", "message": message, "failing": failing}
+    response = JsonResponse(body, status=503)
+    response["Retry-After"] = "1"
+    return response
 
 
 @require_GET

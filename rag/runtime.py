@@ -200,10 +200,11 @@ class PipelineRuntime:
                     self._adopt(await asyncio.to_thread(self._deps_factory))
         return self._deps
 
-    def preload(self) -> None:
+    def preload(self) -> Any:
         """Build the dependencies now, from sync code at start-up (the first request then finds them ready)."""
         if self._deps is None:
             self._adopt(self._deps_factory())
+        return self._deps
 
     def _adopt(self, deps: Any) -> None:
         # the semantic cache's purge deletes answers of producers no longer configured: it asks the runtime

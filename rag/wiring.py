@@ -389,10 +389,21 @@ def warm_up() -> None:
     """Open the store and build the pipeline at server start-up, so the server, not a later command, holds the
     embedded store. A failure is logged and left to the first request (which reports it to its client)."""
     try:
-        get_runtime().preload()
-    except Exception:
-        logger.exception("pipeline warm-up failed; the first request will try again")
+        deps = get_runtime().preload()
+    except Exception as exc:
+        logger.critical(
+            "THIS WORKER CANNOT ANSWER: the pipeline could not be built (%s: %s). It is not ready "
+            "(/api/v1/ready says why) and every request will try again.",
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+        )
         return
+    store = getattr(getattr(deps, "retriever", None), "store", None)
+    if store is not None and store.is_empty():
+        logger.critical(
+            "THIS WORKER HAS NO INDEX: the vector store is empty, so it is not ready; run `manage.py reindex`"
+        )
     from concurrency.live import live_settings_preload
 
     # after the runtime is built: its callbacks (the sample rate) follow the row from the start too

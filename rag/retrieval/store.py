@@ -375,6 +375,11 @@ class VectorStore:
         current = self._memory
         return None if current is None else (current[0], current[1])
 
+    def replica_points(self) -> int | None:
+        """How many points the in-memory replica holds, None when none is loaded."""
+        current = self._memory
+        return None if current is None else len(current[2])
+
     def _load_memory(self, collection: str) -> tuple[int, MemoryIndex]:
         """(the build's revision when loading began, its points in a MemoryIndex). A write into the build while
         it loads moves the revision again, so the next `sync` reloads."""
