@@ -14,8 +14,10 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
+from chatbot import lifecycle
 from chatbot.replay.live import ResumeRefused
 from chatbot.streaming import transport_error_event
+from concurrency.live.workers import worker_id, worker_key
 from rag.events import TERMINAL_CHANNELS, Event
 
 if TYPE_CHECKING:
@@ -25,6 +27,21 @@ if TYPE_CHECKING:
 REDIS_TIMEOUT_SECONDS = 1.0
 # A reader on another worker looks for new events this often; only cross-worker resumes pay for it.
 POLL_SECONDS = 0.2
+# A reader that sees nothing new for this long asks whether the stream's worker is still alive (killed, it never
+# writes the terminal event: the reader ends the stream with `unavailable` instead of waiting out the idle bound).
+PRODUCER_CHECK_SECONDS = 1.0
+
+
+def producer_gone_event(request_id: str, after_seq: int) -> Event:
+    """The terminal event of a stream whose worker stopped mid-answer: ask again (another worker answers)."""
+    event = transport_error_event(
+        "unavailable",
+        "the server answering this question stopped before it finished; please ask again",
+        request_id=request_id,
+        after_seq=after_seq,
+    )
+    event["retry_after"] = lifecycle.retry_after_seconds()
+    return event
 
 
 def _event_json(event: Event) -> str:
@@ -64,7 +81,8 @@ class RedisStreamStore:
         ttl_ms = max(1, int(self.retention_seconds * 1000))
         async with self._redis().pipeline(transaction=True) as pipe:
             if first:
-                pipe.hset(meta_key, mapping={"client_id": stream.client_id, "on_disconnect": stream.on_disconnect})
+                meta = {"client_id": stream.client_id, "on_disconnect": stream.on_disconnect, "worker": worker_id()}
+                pipe.hset(meta_key, mapping=meta)
             pipe.rpush(events_key, *(_event_json(event) for event in events))
             pipe.ltrim(events_key, -self.max_events, -1)
             pipe.pexpire(events_key, ttl_ms)
@@ -80,6 +98,23 @@ class RedisStreamStore:
         """The client id the stream belongs to; None when Redis has no such stream (expired or never seen)."""
         value = await self._redis().hget(self._keys(request_id)[1], "client_id")
         return value.decode() if isinstance(value, bytes) else value
+
+    async def producer_gone(self, request_id: str) -> bool:
+        """Whether the worker writing the stream has stopped: it no longer shows among the live workers (each
+        publishes its presence every half second with a few seconds' TTL, `concurrency.live.workers`) while this
+        one does, which proves presence is published in this deployment. False whenever that cannot be told."""
+        client = self._redis()
+        producer = await client.hget(self._keys(request_id)[1], "worker")
+        if producer is None:
+            return False
+        producer = producer.decode() if isinstance(producer, bytes) else str(producer)
+        me = worker_id()
+        if producer == me:
+            return False
+        alive = await client.exists(worker_key(self.prefix, producer), worker_key(self.prefix, me))
+        if alive != 1:
+            return False  # both keys (the producer lives) or neither (no presence published here: cannot tell)
+        return not await client.exists(worker_key(self.prefix, producer))
 
     async def last_event(self, request_id: str) -> Event | None:
         raw = await self._redis().lindex(self._keys(request_id)[0], -1)
@@ -107,7 +142,7 @@ class RedisStreamStore:
     async def tail(self, request_id: str, after_seq: int, *, idle_seconds: float) -> AsyncGenerator[Event, None]:
         """Events with seq > after_seq up to the terminal one, polling; ends with an `error` if the stream expires
         or shows nothing new for `idle_seconds` (its worker stopped writing)."""
-        quiet_since = time.monotonic()
+        quiet_since = checked_at = time.monotonic()
         while True:
             events = await self.events_after(request_id, after_seq)
             if events is None:
@@ -121,8 +156,13 @@ class RedisStreamStore:
                 if event["channel"] in TERMINAL_CHANNELS:
                     return
             if events:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since > idle_seconds:
+                quiet_since = checked_at = time.monotonic()
+            elif time.monotonic() - checked_at > PRODUCER_CHECK_SECONDS:
+                checked_at = time.monotonic()
+                if await self.producer_gone(request_id):
+                    yield producer_gone_event(request_id, after_seq)
+                    return
+            if not events and time.monotonic() - quiet_since > idle_seconds:
                 message = f"no event from stream {request_id} for {idle_seconds:g} s"
                 yield transport_error_event("timeout", message, request_id=request_id, after_seq=after_seq)
                 return

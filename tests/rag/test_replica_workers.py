@@ -100,6 +100,9 @@ def cache_rows(env: dict[str, str]) -> int:
 def test_both_workers_answer_from_the_one_index(cluster: tuple[tuple[Worker, ...], dict[str, str]]) -> None:
     (first, second), _ = cluster
     for worker in (first, second):
+        ready = worker.http.get("/api/v1/ready", timeout=10.0)
+        assert ready.status_code == 200, ready.text
+        assert "loaded" in ready.json()["checks"]["store"]["detail"]
         terminal = ask(worker, "如何重設密碼？")
         assert terminal["channel"] == "meta_summary" and "zh-password-reset" in cited(terminal)
 
