@@ -87,11 +87,28 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- channel layer and cache: in-memory unless REDIS_URL -------------------------------------------------
 REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss", "unix"))
+# The channel layer waits for a message with a blocking pop that Redis answers after at most 5 s
+# (channels-redis' RedisChannelLayer.brpop_timeout) when nothing came. redis-py 8 gives every connection a 5 s
+# read timeout by default, so an idle wait raced it and lost: "Timeout reading from ..." killed the consumer of
+# any answer streaming past 5 s. The layer's connections get a read timeout that outlasts the blocking pop; a
+# Redis that stops answering is still noticed within it.
+REDIS_LAYER_SOCKET_TIMEOUT = 15.0
+REDIS_LAYER_CONNECT_TIMEOUT = 5.0
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("REDIS_PREFIX", "helpcentre")},
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": REDIS_LAYER_SOCKET_TIMEOUT,
+                        "socket_connect_timeout": REDIS_LAYER_CONNECT_TIMEOUT,
+                        "socket_keepalive": True,
+                    }
+                ],
+                "prefix": env_str("REDIS_PREFIX", "helpcentre"),
+            },
         }
     }
     CACHES = {
