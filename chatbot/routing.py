@@ -9,6 +9,7 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path, re_path
 
 from chatbot.consumers import AskStreamConsumer, ChatConsumer, StreamCancelConsumer, StreamResumeConsumer
+from chatbot.openai_api.consumers import ChatCompletionsConsumer, ModelsConsumer
 
 ASK_STREAM_PATHS = {
     "api/v1/rag/ask/stream": "responses",
@@ -37,6 +38,10 @@ def build_application(django_app: Any) -> ProtocolTypeRouter:
         # Resume an answer after Last-Event-ID, and stop one (for either backend: request ids are global).
         path("api/v1/rag/ask/stream/<str:request_id>", StreamResumeConsumer.as_asgi()),  # type: ignore[arg-type]
         path("api/v1/rag/ask/stream/<str:request_id>/cancel", StreamCancelConsumer.as_asgi()),  # type: ignore[arg-type]
+        # The OpenAI-compatible API (chatbot.openai_api): base URL http://<host>/v1 for any OpenAI client.
+        path("v1/chat/completions", ChatCompletionsConsumer.as_asgi()),  # type: ignore[arg-type]
+        path("v1/models", ModelsConsumer.as_asgi()),  # type: ignore[arg-type]
+        path("v1/models/<str:model>", ModelsConsumer.as_asgi()),  # type: ignore[arg-type]
     ]
     return ProtocolTypeRouter(
         {

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "rag.semcache",
     "rag.workflows",
     "chatbot",
+    "chatbot.apikeys",
 ]
 
 MIDDLEWARE = [

@@ -19,9 +19,10 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from chatbot.logcontext import conversation_id_var, request_id_var
-from chatbot.services import UnknownConversation, conversation_context_get, exchange_record
+from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
+from rag.state import Turn
 from rag.wiring import get_runtime
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,11 @@ class AskInput:
     conversation_id: str
     client_id: str
     on_disconnect: str = "cancel"
+    # A client that carries its conversation itself (the OpenAI API sends every turn): nothing stored is read, and
+    # the exchange is recorded as a new conversation.
+    history: tuple[Turn, ...] | None = None
+    # Whether the pipeline's per-client rate limit applies (False: the caller limited it already, e.g. by API key).
+    client_rate_limited: bool = True
 
 
 def ask_input_parse(payload: Any, *, backend: str | None, client_id: str) -> AskInput:
@@ -185,19 +191,24 @@ def _record_done(task: asyncio.Task[Any]) -> None:
 
 
 async def exchange_open(ask: AskInput) -> ChatExchange:
-    """Load the conversation (one DB hop) and start the pipeline. Raises BadRequest for an unknown id."""
-    try:
-        context = await database_sync_to_async(conversation_context_get)(
-            conversation_id=ask.conversation_id, client_id=ask.client_id
-        )
-    except UnknownConversation as exc:
-        raise BadRequest(str(exc)) from None
+    """Load the conversation (one DB hop, unless the client sent its history) and start the pipeline. Raises
+    BadRequest for an unknown id."""
+    if ask.history is not None:
+        context = ConversationContext(str(uuid.uuid4()), exists=False, history=ask.history, summary="")
+    else:
+        try:
+            context = await database_sync_to_async(conversation_context_get)(
+                conversation_id=ask.conversation_id, client_id=ask.client_id
+            )
+        except UnknownConversation as exc:
+            raise BadRequest(str(exc)) from None
     run = await get_runtime().start(
         AskRequest(
             question=ask.question,
             backend=ask.backend,
             conversation_id=context.conversation_id,
-            client_id=ask.client_id,
+            # The guard limits a client id; an empty one is not limited there.
+            client_id=ask.client_id if ask.client_rate_limited else "",
             history=context.history,
             summary=context.summary,
         )

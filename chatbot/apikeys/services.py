@@ -1,0 +1,152 @@
+"""Writes: making, revoking and counting the use of API keys, and each key's rate limit (sync; via a thread)."""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.cache import cache
+from django.db.models import F
+from django.utils import timezone
+
+from chatbot.apikeys.models import SCOPES, ApiKey
+from chatbot.apikeys.selectors import CheckedKey, KeyRefused, api_key_check, api_key_hash, bearer_secret
+
+__all__ = [
+    "KEY_PREFIX",
+    "CreatedKey",
+    "KeyRefused",
+    "RateLimited",
+    "api_key_allows_scope",
+    "api_key_authorise",
+    "api_key_create",
+    "api_key_rate_check",
+    "api_key_revoke",
+    "api_key_tokens_add",
+    "api_key_used",
+    "scopes_clean",
+]
+
+KEY_PREFIX = "hc-"
+PREFIX_CHARS = 11  # "hc-" and eight characters of the secret: shown in lists, enough to tell keys apart
+
+
+class RateLimited(Exception):
+    """The key used up its requests for this minute; `retry_after` seconds until the next one."""
+
+    def __init__(self, key: CheckedKey, retry_after: int) -> None:
+        super().__init__(f"API key {key.prefix}… is limited to {key.rate_limit_per_minute} requests per minute")
+        self.retry_after = retry_after
+        self.message = str(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedKey:
+    key: ApiKey
+    secret: str  # shown once, never stored
+
+
+def scopes_clean(scopes: Iterable[str]) -> list[str]:
+    chosen = [s.strip() for s in scopes if s.strip()]
+    unknown = sorted(set(chosen) - set(SCOPES))
+    if unknown:
+        raise ValueError(f"unknown scope(s) {', '.join(unknown)}; expected any of {', '.join(SCOPES)}")
+    if not chosen:
+        raise ValueError(f"a key needs at least one scope ({', '.join(SCOPES)})")
+    return [s for s in SCOPES if s in chosen]
+
+
+def api_key_create(
+    *,
+    name: str,
+    owner: Any = None,
+    scopes: Iterable[str] = ("chat",),
+    rate_limit_per_minute: int = 60,
+    expires_at: datetime | None = None,
+) -> CreatedKey:
+    """A new key; its secret is in the result and nowhere else."""
+    if not name.strip():
+        raise ValueError("a key needs a name")
+    if rate_limit_per_minute < 0:
+        raise ValueError("rate_limit_per_minute must be 0 (no limit) or more")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValueError("expires_at is in the past")
+    secret = KEY_PREFIX + secrets.token_urlsafe(30)
+    key = ApiKey.objects.create(
+        name=name.strip(),
+        owner=owner,
+        prefix=secret[:PREFIX_CHARS],
+        key_hash=api_key_hash(secret),
+        scopes=scopes_clean(scopes),
+        rate_limit_per_minute=rate_limit_per_minute,
+        expires_at=expires_at,
+    )
+    return CreatedKey(key=key, secret=secret)
+
+
+def api_key_revoke(*, prefix: str) -> ApiKey:
+    """Revoke the key with this prefix (LookupError when there is none). Every worker refuses it from the next
+    request on: each request reads the key's row."""
+    key = ApiKey.objects.filter(prefix=prefix.rstrip("…")).first()
+    if key is None:
+        raise LookupError(f"no API key with prefix {prefix!r}")
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+    return key
+
+
+def api_key_rate_check(key: CheckedKey, *, now: float | None = None) -> None:
+    """Count one request against the key's limit in the current minute; RateLimited past it.
+
+    A fixed one-minute window in Django's cache: with Redis (`REDIS_URL`) one count for every worker; with the
+    embedded in-memory cache, one per worker process.
+    """
+    limit = key.rate_limit_per_minute
+    if limit <= 0:
+        return
+    now = time.time() if now is None else now
+    window = int(now // 60)
+    name = f"apikey-rate:{key.id}:{window}"
+    cache.add(name, 0, timeout=120)
+    try:
+        count = cache.incr(name)
+    except ValueError:  # expired between add and incr
+        cache.set(name, 1, timeout=120)
+        count = 1
+    if count > limit:
+        raise RateLimited(key, max(1, math.ceil((window + 1) * 60 - now)))
+
+
+def api_key_used(*, key_id: int) -> None:
+    ApiKey.objects.filter(pk=key_id).update(requests=F("requests") + 1, last_used_at=timezone.now())
+
+
+def api_key_tokens_add(*, key_id: int, tokens: int) -> None:
+    if tokens > 0:
+        ApiKey.objects.filter(pk=key_id).update(tokens=F("tokens") + tokens)
+
+
+def api_key_authorise(*, authorization: str, scope: str) -> CheckedKey:
+    """The one check of a request with a key: known, live, scoped, within its rate limit; then counted.
+    Raises KeyRefused or RateLimited."""
+    key = api_key_check(secret=bearer_secret(authorization), scope=scope)
+    api_key_rate_check(key)
+    api_key_used(key_id=key.id)
+    return key
+
+
+def api_key_allows_scope(*, authorization: str, scope: str) -> bool:
+    """Whether an `Authorization` header carries a usable key with `scope` (the concurrency APIs' check); the use
+    is counted on the key. No rate limit: these are operators' scripts, and refusing them would hide an outage."""
+    try:
+        key = api_key_check(secret=bearer_secret(authorization), scope=scope)
+    except KeyRefused:
+        return False
+    api_key_used(key_id=key.id)
+    return True

@@ -1,0 +1,101 @@
+"""The pipeline's events as OpenAI objects: `chat.completion.chunk` while streaming, `chat.completion` at once.
+
+- `answer` deltas are `content`; `reasoning` deltas are `reasoning_content` (as vLLM and DeepSeek send it).
+- The answer cites its sources as `[n]` in the text. The sources travel in two extra top-level fields, as
+  Perplexity's API sends them (the convention LiteLLM, OpenRouter and the clients that render citations follow):
+  `citations`, the sources' URLs in the order of their numbers, and `search_results`, one object per source
+  (`ref` is the n of `[n]`, then `title`, `url`, `doc_id`, and for forms `kind`, `form_id`, `download_url`).
+  They are on the final chunk (the one with `finish_reason`) and on the non-streamed response.
+- `usage` counts the tokens of every LLM call the answer took (planner, query rewriting, synthesis), as the
+  pipeline measured them; an answer made without an LLM (the offline backend, a cached answer) counts 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rag.events import Event
+
+OBJECT_CHUNK = "chat.completion.chunk"
+OBJECT_COMPLETION = "chat.completion"
+
+
+def usage_of(summary: Event) -> dict[str, int]:
+    usage = summary.get("usage") or {}
+    prompt = int(usage.get("input_tokens", 0))
+    completion = int(usage.get("output_tokens", 0))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": int(usage.get("total_tokens", prompt + completion)),
+    }
+
+
+def sources_of(summary: Event) -> dict[str, Any]:
+    sources = sorted(summary.get("sources") or [], key=lambda s: int(s.get("ref", 0)))
+    return {
+        "citations": [str(s.get("url", "")) for s in sources],
+        "search_results": [dict(s) for s in sources],
+    }
+
+
+class CompletionBuilder:
+    """Builds the objects of one completion; collects the answer for the non-streamed response."""
+
+    def __init__(self, *, model: str, request_id: str, created: int | None = None) -> None:
+        self.id = f"chatcmpl-{request_id}"
+        self.model = model
+        self.created = int(time.time()) if created is None else created
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": OBJECT_CHUNK,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": choices,
+            **extra,
+        }
+
+    def _delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+
+    def role_chunk(self) -> dict[str, Any]:
+        return self._chunk(self._delta({"role": "assistant", "content": ""}))
+
+    def take(self, event: Event) -> dict[str, Any] | None:
+        """The chunk for an `answer` or `reasoning` event (None for the others); the text is kept."""
+        channel = event["channel"]
+        if channel == "answer":
+            self.content.append(event["delta"])
+            return self._chunk(self._delta({"content": event["delta"]}))
+        if channel == "reasoning":
+            self.reasoning.append(event["delta"])
+            return self._chunk(self._delta({"reasoning_content": event["delta"]}))
+        return None
+
+    def final_chunk(self, summary: Event) -> dict[str, Any]:
+        return self._chunk(self._delta({}, "stop"), **sources_of(summary))
+
+    def usage_chunk(self, summary: Event) -> dict[str, Any]:
+        """`stream_options.include_usage`: the last chunk, with no choices and the usage."""
+        return self._chunk([], usage=usage_of(summary))
+
+    def completion(self, summary: Event) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content), "refusal": None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        return {
+            "id": self.id,
+            "object": OBJECT_COMPLETION,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+            "usage": usage_of(summary),
+            **sources_of(summary),
+        }

@@ -1,0 +1,261 @@
+"""`POST /v1/chat/completions` and `GET /v1/models[/<id>]`, as Channels consumers.
+
+They extend the SSE transport's consumer (`chatbot.consumers.sse`), which keeps listening for `http.disconnect`
+while the response streams: a client that goes away cancels its answer and frees its LLM slot within a second.
+
+Status codes: a request is answered with its HTTP status as long as nothing has been sent, so an answer that fails
+before its first token (`busy` -> 429 with `Retry-After`, `unavailable` -> 503, `timeout` -> 504) is an ordinary
+OpenAI error the SDKs raise and retry by. A stream holds its 200 until the first token, at most
+`status_hold_seconds`; an error after that is an `{"error": ...}` chunk (the SDKs raise it too), then
+`data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from chatbot import security
+from chatbot.apikeys.models import SCOPE_CHAT
+from chatbot.apikeys.selectors import CheckedKey, KeyRefused
+from chatbot.apikeys.services import RateLimited, api_key_authorise, api_key_tokens_add
+from chatbot.consumers.common import stream_open
+from chatbot.consumers.sse import Header, _StreamingHttpConsumer
+from chatbot.openai_api.chunks import CompletionBuilder, usage_of
+from chatbot.openai_api.errors import ApiError, api_error, error_from_event
+from chatbot.openai_api.request import CompletionRequest, body_decode, completion_request_parse
+from chatbot.replay import LiveStream
+from chatbot.streaming import BadRequest, exchange_open
+from rag.events import TERMINAL_CHANNELS, Event
+from rag.runtime import BACKENDS
+from rag.workflows.selectors import workflow_published
+
+logger = logging.getLogger(__name__)
+
+DONE = b"data: [DONE]\n\n"
+_background: set[asyncio.Task[Any]] = set()
+
+
+def data_frame(content: Any) -> bytes:
+    return f"data: {json.dumps(content, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+def _authorise(authorization: str) -> CheckedKey:
+    try:
+        return api_key_authorise(authorization=authorization, scope=SCOPE_CHAT)
+    except KeyRefused as exc:
+        raise api_error(exc.code, exc.message) from None
+    except RateLimited as exc:
+        raise api_error("rate_limit_exceeded", exc.message, retry_after=exc.retry_after) from None
+
+
+class _OpenAIConsumer(_StreamingHttpConsumer):
+    """Errors in OpenAI's shape, no client cookie (a key says who the caller is)."""
+
+    def _base_headers(self) -> list[Header]:
+        return []
+
+    def _authorization(self) -> str:
+        return security.header_value(self.scope.get("headers") or [], "authorization") or ""
+
+    async def _send_json_error(
+        self, status: int, code: str, message: str, *, extra_headers: list[Header] | None = None, **extra: Any
+    ) -> None:
+        # The base class's refusals (405, 413) in OpenAI's shape.
+        error = api_error(code, message)
+        await self._send_json(status, error.body(), extra_headers)
+
+    async def _send_error(self, error: ApiError) -> None:
+        await self._send_json(error.status, error.body(), error.headers())
+
+
+class ModelsConsumer(_OpenAIConsumer):
+    """`GET /v1/models`: one model per backend, with the workflow it runs; `GET /v1/models/<id>`: one of them."""
+
+    allowed_methods = ("GET",)
+
+    async def _respond(self, body: bytes) -> None:
+        try:
+            models = await database_sync_to_async(self._models)(self._authorization())
+        except ApiError as error:
+            await self._send_error(error)
+            return
+        wanted = self._model_id()
+        if not wanted:
+            await self._send_json(200, {"object": "list", "data": models})
+            return
+        found = next((model for model in models if model["id"] == wanted), None)
+        if found is None:
+            await self._send_error(api_error("model_not_found", f"the model {wanted!r} does not exist", param="model"))
+            return
+        await self._send_json(200, found)
+
+    @staticmethod
+    def _models(authorization: str) -> list[dict[str, Any]]:
+        _authorise(authorization)
+        published = workflow_published()
+        models = []
+        for backend in BACKENDS:
+            workflow = published.get(backend)
+            models.append(
+                {
+                    "id": backend,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "helpcentre",
+                    "workflow": {"name": workflow.name, "version": workflow.version} if workflow else "default",
+                }
+            )
+        return models
+
+    def _model_id(self) -> str:
+        scope: Mapping[str, Any] = self.scope  # Channels' URL routing adds `url_route`, which HTTPScope does not list
+        return str(scope.get("url_route", {}).get("kwargs", {}).get("model", ""))
+
+
+class ChatCompletionsConsumer(_OpenAIConsumer):
+    """`POST /v1/chat/completions`: one answer of the pipeline, streamed or whole."""
+
+    # How long a stream may hold its 200 back waiting for the first token, so that an answer refused or failed
+    # before it (busy, unavailable, timeout) still gets its HTTP status. Past this the 200 goes out.
+    status_hold_seconds = 10.0
+
+    async def _respond(self, body: bytes) -> None:
+        try:
+            key = await database_sync_to_async(_authorise)(self._authorization())
+            request = completion_request_parse(body_decode(body), client_id=key.client_id)
+            exchange = await exchange_open(request.ask)
+        except ApiError as error:
+            await self._send_error(error)
+            return
+        except BadRequest as exc:
+            await self._send_error(api_error("bad_request", str(exc)))
+            return
+        except Exception as exc:
+            logger.exception("could not start a chat completion")
+            await self._send_error(api_error("internal", f"internal error ({type(exc).__name__})"))
+            return
+        stream = stream_open(exchange, on_disconnect="cancel")
+        relay = _Relay(self, request, stream)
+        try:
+            summary = await relay.run()
+        finally:
+            if not relay.ended:
+                stream.transport_lost()  # the client went away (or sending failed): stop the answer now
+        if summary is not None:
+            _count_tokens(key, summary)
+
+
+def _count_tokens(key: CheckedKey, summary: Event) -> None:
+    """Add the answer's tokens to the key's counter, off the response's path."""
+    tokens = usage_of(summary)["total_tokens"]
+    if tokens <= 0:
+        return
+    task = asyncio.create_task(database_sync_to_async(api_key_tokens_add)(key_id=key.id, tokens=tokens))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+class _Relay:
+    """Forwards one stream's events to the client as a completion; returns the summary of a successful answer."""
+
+    def __init__(self, consumer: ChatCompletionsConsumer, request: CompletionRequest, stream: LiveStream) -> None:
+        self.consumer = consumer
+        self.request = request
+        self.stream = stream
+        self.builder = CompletionBuilder(model=request.model, request_id=stream.request_id)
+        self.committed = False
+        self.ended = False
+        self.lock = asyncio.Lock()  # the hold timer and the relay both may send the 200
+
+    async def run(self) -> Event | None:
+        events = self.stream.tail(0)
+        try:
+            async with contextlib.aclosing(events):
+                if self.request.stream:
+                    return await self._streamed(events)
+                return await self._whole(events)
+        except Exception as exc:
+            logger.exception("chat completion %s failed", self.stream.request_id)
+            error = api_error("internal", f"internal error ({type(exc).__name__})")
+            if self.committed:
+                await self.consumer.send_body(data_frame(error.body()) + DONE, more_body=False)
+            else:
+                await self.consumer._send_error(error)
+            self.ended = True
+            return None
+
+    async def _whole(self, events: AsyncGenerator[Event, None]) -> Event | None:
+        async for event in events:
+            self.builder.take(event)
+            if event["channel"] not in TERMINAL_CHANNELS:
+                continue
+            self.ended = True
+            if event["channel"] == "error":
+                await self.consumer._send_error(error_from_event(event))
+                return None
+            await self.consumer._send_json(200, self.builder.completion(event), self._id_header())
+            return event
+        return None
+
+    async def _streamed(self, events: AsyncGenerator[Event, None]) -> Event | None:
+        timer = asyncio.create_task(self._commit_later(), name="completion-commit-timer")
+        try:
+            async for event in events:
+                async with self.lock:
+                    if event["channel"] == "error" and not self.committed:
+                        self.ended = True
+                        await self.consumer._send_error(error_from_event(event))
+                        return None
+                    chunk = self.builder.take(event)
+                    if event["channel"] in TERMINAL_CHANNELS:
+                        return await self._finish(event)
+                    if chunk is not None:
+                        await self._commit([data_frame(chunk)])
+            return None
+        finally:
+            timer.cancel()
+
+    async def _commit_later(self) -> None:
+        await asyncio.sleep(self.consumer.status_hold_seconds)
+        async with self.lock:
+            if not self.ended:
+                await self._commit([])
+
+    async def _commit(self, frames: list[bytes]) -> None:
+        """Send the 200 (once), the role chunk with it, then `frames` (the lock is held by the caller)."""
+        if not self.committed:
+            self.committed = True
+            headers = [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),  # nginx would otherwise buffer the whole answer
+                *self._id_header(),
+            ]
+            await self.consumer.send_headers(status=200, headers=headers)
+            frames = [data_frame(self.builder.role_chunk()), *frames]
+        if frames:
+            await self.consumer.send_body(b"".join(frames), more_body=True)
+
+    async def _finish(self, event: Event) -> Event | None:
+        """The terminal event (the lock is held by the caller)."""
+        await self._commit([])
+        self.ended = True
+        if event["channel"] == "error":
+            await self.consumer.send_body(data_frame(error_from_event(event).body()) + DONE, more_body=False)
+            return None
+        frames = [data_frame(self.builder.final_chunk(event))]
+        if self.request.include_usage:
+            frames.append(data_frame(self.builder.usage_chunk(event)))
+        await self.consumer.send_body(b"".join(frames) + DONE, more_body=False)
+        return event
+
+    def _id_header(self) -> list[Header]:
+        return [(b"x-request-id", self.stream.request_id.encode("ascii"))]
