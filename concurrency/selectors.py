@@ -21,6 +21,7 @@ __all__ = [
     "concurrency_status",
     "concurrency_summary",
     "concurrency_workers",
+    "seed_backends",
     "workers_summary",
 ]
 
@@ -36,6 +37,16 @@ _SUMMED = (
     "total_rejected",
 )
 _MAXED = ("wait_ms_p50", "wait_ms_p95", "wait_ms_p99", "max_wait_ms")
+# The keys of a backend in the seed's API (scripts such as `jq .chat.in_progress` read them at the top level).
+SEED_BACKEND_KEYS = (
+    "limit",
+    "available",
+    "in_progress",
+    "waiting",
+    "total_acquired",
+    "total_released",
+    "total_timeout",
+)
 
 
 def concurrency_settings_defaults() -> dict[str, Any]:
@@ -138,46 +149,61 @@ def _settings_payload() -> dict[str, Any]:
     return {**snapshot.to_dict(), "applied": current is not None}
 
 
+def seed_backends(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Each backend's seed keys (summed over workers), as the seed's APIs return them."""
+    return {backend: {key: int(row.get(key, 0)) for key in SEED_BACKEND_KEYS} for backend, row in summary.items()}
+
+
 def concurrency_status() -> dict[str, Any]:
-    """GET /api/v1/admin/concurrency/status: this worker in full, the settings, every worker and the sums."""
+    """GET /api/v1/admin/concurrency/status: the seed's shape, each backend at the top level summed over workers
+    (`{"chat": {"limit", "available", "in_progress", ...}, ...}`); beside them this worker in full, the settings,
+    every worker and the full sums (wait percentiles, rejections) under `summary`."""
     workers = concurrency_workers()
     local = next(w for w in workers if w["worker_id"] == worker_id())
+    summary = workers_summary(workers)
     return {
+        **seed_backends(summary),
         "worker": local,
         "settings": _settings_payload(),
         "redis": bool(redis_config()[0]),
         "workers": workers,
-        "summary": workers_summary(workers),
+        "summary": summary,
         "server_time": time.time(),
     }
 
 
 def concurrency_summary() -> dict[str, Any]:
-    """GET /api/v1/admin/concurrency/summary: per backend summed over workers."""
+    """GET /api/v1/admin/concurrency/summary: the seed's `total_in_progress`, `total_waiting` and `by_backend`
+    (each backend's seed keys), summed over workers; the full sums per backend under `backends`."""
     workers = concurrency_workers()
+    summary = workers_summary(workers)
     return {
+        "total_in_progress": sum(int(row["in_progress"]) for row in summary.values()),
+        "total_waiting": sum(int(row["waiting"]) for row in summary.values()),
+        "by_backend": seed_backends(summary),
         "workers": [w["worker_id"] for w in workers],
-        "backends": workers_summary(workers),
+        "backends": summary,
         "server_time": time.time(),
     }
 
 
 def concurrency_priority(*, queue_head: int = 10) -> dict[str, Any]:
-    """GET /api/v1/admin/concurrency/priority: mode, starvation threshold, queue heads per backend and worker
-    (each worker has its own queue; heads are listed in the order that worker would serve them)."""
+    """GET /api/v1/admin/concurrency/priority: the seed's `priority_enabled`, `starvation_threshold` and `queues`
+    (per backend: how many wait over all workers, and the queue heads of each worker, in the order that worker
+    would serve them); `mode` beside them."""
     local = worker_stats(queue_head=queue_head)
     others = [w for w in workers_read() if w.get("worker_id") != local["worker_id"]]
     manager = local["manager"]
-    backends: dict[str, dict[str, Any]] = {}
+    queues: dict[str, dict[str, Any]] = {}
     for worker in sorted([local, *others], key=lambda w: str(w["worker_id"])):
         for backend, stats in (worker.get("manager") or {}).get("backends", {}).items():
-            row = backends.setdefault(backend, {"waiting": 0, "queue_head": []})
+            row = queues.setdefault(backend, {"waiting": 0, "queue_head": []})
             row["waiting"] += int(stats.get("waiting", 0))
             row["queue_head"] += [{**entry, "worker_id": worker["worker_id"]} for entry in stats.get("queue_head", [])]
     return {
-        "mode": manager["mode"],
         "priority_enabled": manager["mode"] == "priority",
         "starvation_threshold": manager["starvation_threshold"],
-        "backends": backends,
+        "queues": queues,
+        "mode": manager["mode"],
         "server_time": time.time(),
     }

@@ -12,4 +12,5 @@ urlpatterns = [
     path("api/v1/admin/concurrency/status", api.status, name="status"),
     path("api/v1/admin/concurrency/summary", api.summary, name="summary"),
     path("api/v1/admin/concurrency/priority", api.priority, name="priority"),
+    path("api/v1/admin/concurrency/settings", api.settings_view, name="settings"),
 ]

@@ -18,6 +18,8 @@ SUMMARY = "/api/v1/admin/concurrency/summary"
 PRIORITY = "/api/v1/admin/concurrency/priority"
 ENDPOINTS = (STATUS, SUMMARY, PRIORITY)
 TOKEN = "s3cret-token-for-scripts"
+# What the seed's APIs return per backend.
+SEED_KEYS = {"limit", "available", "in_progress", "waiting", "total_acquired", "total_released", "total_timeout"}
 BACKEND_KEYS = {
     "limit",
     "available",
@@ -134,7 +136,11 @@ def test_status_shape(client, staff) -> None:
     finally:
         unregister()
 
-    assert set(body) == {"worker", "settings", "redis", "workers", "summary", "server_time"}
+    backends = {"default", "chat", "responses", "embedding"}
+    assert set(body) == {"worker", "settings", "redis", "workers", "summary", "server_time"} | backends
+    for backend in backends:  # the seed's shape: `jq .chat.in_progress` works
+        assert set(body[backend]) == SEED_KEYS
+        assert body[backend] == {key: body["summary"][backend][key] for key in SEED_KEYS}
     worker = body["worker"]
     assert worker["worker_id"] == worker_id()
     assert set(worker) >= {"worker_id", "started_at", "updated_at", "settings_version", "manager", "extra"}
@@ -164,6 +170,9 @@ def test_a_failing_stats_provider_is_reported_not_fatal(client, staff) -> None:
 def test_summary_shape(client, staff) -> None:
     body = client.get(SUMMARY).json()
 
+    assert (body["total_in_progress"], body["total_waiting"]) == (0, 0)
+    assert set(body["by_backend"]) == {"default", "chat", "responses", "embedding"}
+    assert set(body["by_backend"]["chat"]) == SEED_KEYS
     assert body["workers"] == [worker_id()]
     assert set(body["backends"]) == {"default", "chat", "responses", "embedding"}
     assert set(body["backends"]["embedding"]) == BACKEND_KEYS
@@ -176,8 +185,8 @@ def test_priority_shape(client, staff) -> None:
     assert body["mode"] == "fifo"
     assert body["priority_enabled"] is False
     assert isinstance(body["starvation_threshold"], float)
-    assert set(body["backends"]) == {"default", "chat", "responses", "embedding"}
-    assert body["backends"]["chat"] == {"waiting": 0, "queue_head": []}
+    assert set(body["queues"]) == {"default", "chat", "responses", "embedding"}
+    assert body["queues"]["chat"] == {"waiting": 0, "queue_head": []}
 
 
 async def test_queue_heads_show_waiting_requests_with_their_worker(async_client, settings) -> None:
@@ -200,8 +209,8 @@ async def test_queue_heads_show_waiting_requests_with_their_worker(async_client,
         body = (await async_client.get(PRIORITY, headers={"Authorization": f"Bearer {TOKEN}"})).json()
     await waiter
 
-    head = body["backends"]["chat"]["queue_head"]
-    assert body["backends"]["chat"]["waiting"] == 1
+    head = body["queues"]["chat"]["queue_head"]
+    assert body["queues"]["chat"]["waiting"] == 1
     assert head[0]["request_id"] == "req-42"
     assert head[0]["priority"] == -1
     assert head[0]["worker_id"] == worker_id()

@@ -101,3 +101,33 @@ def test_authorising_counts_the_request_and_tokens_are_added_after_the_answer() 
 def test_revoking_an_unknown_prefix_says_so() -> None:
     with pytest.raises(LookupError, match="hc-nothing"):
         api_key_revoke(prefix="hc-nothing")
+
+
+@pytest.mark.urls("chatbot.urls")
+def test_keys_with_the_admin_scopes_open_the_concurrency_apis(client) -> None:
+    reader = api_key_create(name="dashboards", scopes=["admin-read"]).secret
+    writer = api_key_create(name="ops scripts", scopes=["admin-write"]).secret
+    chat = api_key_create(name="chat only", scopes=["chat"]).secret
+
+    def status(secret: str) -> int:
+        return client.get("/api/v1/admin/concurrency/status", headers={"Authorization": f"Bearer {secret}"}).status_code
+
+    def patch(secret: str) -> int:
+        return client.patch(
+            "/api/v1/admin/concurrency/settings",
+            data='{"max_waiters": 5}',
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {secret}"},
+        ).status_code
+
+    assert (status(reader), status(chat)) == (200, 403)
+    assert (
+        client.get("/api/v1/admin/concurrency/status", headers={"Authorization": f"Bearer {reader}"}).json()["chat"][
+            "in_progress"
+        ]
+        == 0
+    )
+    assert (patch(reader), patch(chat), patch(writer)) == (403, 403, 200)
+    api_key_revoke(prefix=reader[:11])
+    assert status(reader) == 403
+    assert ApiKey.objects.get(name="dashboards").requests == 2
