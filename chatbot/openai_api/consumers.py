@@ -123,6 +123,9 @@ class ModelsConsumer(_OpenAIConsumer):
 class ChatCompletionsConsumer(_OpenAIConsumer):
     """`POST /v1/chat/completions`: one answer of the pipeline, streamed or whole."""
 
+    # Clients send the whole conversation with every question (only its last turns are used).
+    max_body_bytes = 1024 * 1024
+
     # How long a stream may hold its 200 back waiting for the first token, so that an answer refused or failed
     # before it (busy, unavailable, timeout) still gets its HTTP status. Past this the 200 goes out.
     status_hold_seconds = 10.0
