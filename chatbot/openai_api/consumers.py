@@ -22,7 +22,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from chatbot import security
+from chatbot import lifecycle, security
 from chatbot.apikeys.models import SCOPE_CHAT
 from chatbot.apikeys.selectors import CheckedKey, KeyRefused
 from chatbot.apikeys.services import RateLimited, api_key_authorise, api_key_tokens_add
@@ -131,6 +131,11 @@ class ChatCompletionsConsumer(_OpenAIConsumer):
     status_hold_seconds = 10.0
 
     async def _respond(self, body: bytes) -> None:
+        if lifecycle.is_draining():
+            # This worker is stopping: the client asks again, and the proxy sends it to a worker that serves.
+            message = "this worker is stopping; ask again"
+            await self._send_error(api_error("unavailable", message, retry_after=lifecycle.retry_after_seconds()))
+            return
         try:
             key = await database_sync_to_async(_authorise)(self._authorization())
             request = completion_request_parse(body_decode(body), client_id=key.client_id)

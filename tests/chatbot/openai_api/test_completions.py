@@ -248,3 +248,18 @@ async def test_a_busy_llm_is_429_with_retry_after_before_the_stream_starts(
     await holder.send_input({"type": "http.disconnect"})
     await wait_slot_and_upstream_free(manager, app_sim)
     await holder.wait(timeout=1)
+
+
+async def test_a_draining_worker_answers_503_with_retry_after(chat_key: CreatedKey) -> None:
+    from chatbot import lifecycle
+
+    lifecycle.start_drain(5.0)
+    try:
+        response = await api_request(COMPLETIONS, completion_body(), secret=chat_key.secret)
+    finally:
+        lifecycle.reset_for_tests()
+    assert response.status == 503
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable_error", "unavailable")
+    assert response.headers["retry-after"] == "1"
+    assert await Message.objects.acount() == 0
