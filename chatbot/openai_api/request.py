@@ -7,9 +7,10 @@
   a client must not be able to replace. Content is a string or a list of `text` parts; other parts (images,
   audio) and `tool` turns are refused.
 - `stream`, `stream_options.include_usage` are honoured. `max_tokens`, `max_completion_tokens`, `temperature`,
-  `top_p`, `presence_penalty`, `frequency_penalty`, `seed`, `stop` and `user` are checked for their type and
-  otherwise ignored: the length and style of an answer are the deployment's (its prompts and LLM settings). `n`
-  must be 1; `tools` and `response_format` other than text are refused.
+  `top_p`, `presence_penalty`, `frequency_penalty` and `seed` are checked for their type and otherwise ignored,
+  as are `stop`, `user` and fields this API does not know: the length and style of an answer are the
+  deployment's (its prompts and LLM settings). `n` must be 1; `tools` and `response_format` other than text are
+  refused.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -206,17 +208,22 @@ async def test_get_is_405(chat_key: CreatedKey) -> None:
 # --- through the LLM simulator and the process concurrency manager -------------------------------------------
 
 
+@pytest.mark.parametrize("stream", [True, False])
 async def test_a_disconnect_mid_answer_frees_the_llm_slot_within_a_second(
-    chat_key: CreatedKey, llm_app: LLMApp, app_sim: SimulatorProcess
+    chat_key: CreatedKey, llm_app: LLMApp, app_sim: SimulatorProcess, stream: bool
 ) -> None:
     manager = await llm_app()
     await app_sim.afaults(fail_next=STALLED_ANSWER)
-    communicator = await api_start(COMPLETIONS, completion_body(stream=True), secret=chat_key.secret)
-    start = await communicator.receive_output(timeout=20)
-    assert start["status"] == 200
-    received = b""
-    while b'"content":"' not in received.replace(b'"content":""', b""):
-        received += (await communicator.receive_output(timeout=5))["body"]
+    communicator = await api_start(COMPLETIONS, completion_body(stream=stream), secret=chat_key.secret)
+    if stream:
+        start = await communicator.receive_output(timeout=20)
+        assert start["status"] == 200
+        received = b""
+        while b'"content":"' not in received.replace(b'"content":""', b""):
+            received += (await communicator.receive_output(timeout=5))["body"]
+    else:  # nothing is sent before the whole answer: wait for the answer's call to hold its slot
+        await _until(lambda: app_sim.stats()["running"] == 1 and chat_stats(manager)["in_progress"] == 1)
+        assert await communicator.receive_nothing(timeout=0.1)
     assert chat_stats(manager)["in_progress"] == 1, "the answer holds a chat slot while it streams"
 
     disconnected = time.monotonic()
@@ -226,6 +233,13 @@ async def test_a_disconnect_mid_answer_frees_the_llm_slot_within_a_second(
     await communicator.wait(timeout=1)
     await pending_records()
     assert (await Message.objects.aget(role="assistant")).status == "cancelled"
+
+
+async def _until(check: Callable[[], bool], within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, "never happened"
+        await asyncio.sleep(0.02)
 
 
 async def test_a_busy_llm_is_429_with_retry_after_before_the_stream_starts(
