@@ -132,11 +132,13 @@ def api_key_tokens_add(*, key_id: int, tokens: int) -> None:
         ApiKey.objects.filter(pk=key_id).update(tokens=F("tokens") + tokens)
 
 
-def api_key_authorise(*, authorization: str, scope: str) -> CheckedKey:
-    """The one check of a request with a key: known, live, scoped, within its rate limit; then counted.
-    Raises KeyRefused or RateLimited."""
+def api_key_authorise(*, authorization: str, scope: str, rate_limited: bool = True) -> CheckedKey:
+    """The one check of a request with a key: known, live, scoped, within its rate limit (unless
+    `rate_limited` is False: listing models asks nothing of the LLM); then counted. Raises KeyRefused or
+    RateLimited."""
     key = api_key_check(secret=bearer_secret(authorization), scope=scope)
-    api_key_rate_check(key)
+    if rate_limited:
+        api_key_rate_check(key)
     api_key_used(key_id=key.id)
     return key
 

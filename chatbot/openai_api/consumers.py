@@ -47,9 +47,9 @@ def data_frame(content: Any) -> bytes:
     return f"data: {json.dumps(content, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
-def _authorise(authorization: str) -> CheckedKey:
+def _authorise(authorization: str, *, rate_limited: bool = True) -> CheckedKey:
     try:
-        return api_key_authorise(authorization=authorization, scope=SCOPE_CHAT)
+        return api_key_authorise(authorization=authorization, scope=SCOPE_CHAT, rate_limited=rate_limited)
     except KeyRefused as exc:
         raise api_error(exc.code, exc.message) from None
     except RateLimited as exc:
@@ -99,7 +99,8 @@ class ModelsConsumer(_OpenAIConsumer):
 
     @staticmethod
     def _models(authorization: str) -> list[dict[str, Any]]:
-        _authorise(authorization)
+        # Not rate limited: clients (Open WebUI) list the models on every page load, and it costs no LLM call.
+        _authorise(authorization, rate_limited=False)
         published = workflow_published()
         models = []
         for backend in BACKENDS:
