@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test setup install lint format bench screenshots clean
+.PHONY: run test setup install lint format bench screenshots clean cluster
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ run: setup
 	@echo "Chat:  http://$(HOST):$(PORT)/"
 	@echo "Admin: http://$(HOST):$(PORT)/admin/"
 	$(BIN)/daphne -b $(HOST) -p $(PORT) chatbot.asgi:application
+
+# N daphne workers behind Debian's nginx on this machine's PostgreSQL and Redis (deploy/README.md).
+WORKERS ?= 2
+CLUSTER_PORT ?= 8080
+cluster: install
+	$(BIN)/python scripts/cluster.py --workers $(WORKERS) --port $(CLUSTER_PORT)
 
 test: install
 	$(BIN)/ruff check .

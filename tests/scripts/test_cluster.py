@@ -1,0 +1,109 @@
+"""`scripts/cluster.py` and the nginx recipe in deploy/: the rendered configuration is one Debian's nginx accepts,
+and answers stream through it from two real daphne workers (SSE unbuffered, resumes on any worker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from scripts.cluster import NGINX_SITE, Cluster, free_port, render_main, render_site
+from tests.daphne_workers import redis_key_prefix, shared_database
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (Debian: apt-get install nginx)")
+DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
+
+
+def test_the_site_is_rendered_for_the_workers_ports() -> None:
+    text = render_site(NGINX_SITE.read_text(), ports=[9101, 9102, 9103], listen=9100, static_root=Path("/x/static"))
+    assert text.count("server 127.0.0.1:91") == 3 and "127.0.0.1:8001" not in text
+    assert "listen 127.0.0.1:9100;" in text and "listen 80;" not in text
+    assert "alias /x/static/;" in text
+    # what makes streaming work behind it
+    assert "proxy_buffering off;" in text and "$connection_upgrade" in text
+    assert "proxy_next_upstream error timeout http_502 http_503 non_idempotent;" in text
+
+
+@needs_nginx
+def test_nginx_accepts_the_rendered_configuration(tmp_path: Path) -> None:
+    assert NGINX is not None
+    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (tmp_path / kind).mkdir()
+    site = tmp_path / "site.conf"
+    site.write_text(render_site(NGINX_SITE.read_text(), ports=[9101], listen=free_port(), static_root=tmp_path))
+    main = tmp_path / "nginx.conf"
+    main.write_text(render_main(tmp_path, site))
+    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(main)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if NGINX is None:
+        pytest.skip("nginx is not installed (Debian: apt-get install nginx)")
+    data_dir = tmp_path_factory.mktemp("nginx-cluster")
+    shutil.copytree(DEMO, data_dir / "corpus")
+    redis_url = os.environ.get("REDIS_URL", "")
+    with shared_database("nginx_cluster") as database_url, _prefix(redis_url) as prefix:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
+            "DATA_DIR": str(data_dir),
+            "CORPUS_DIR": str(data_dir / "corpus"),
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "REDIS_PREFIX": prefix,
+            "QDRANT_URL": "",
+            "LLM_BASE_URL": "",
+            "RAG_RATE_LIMIT_PER_MINUTE": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+        started = Cluster(workers=2, port=free_port(), env=env, folder=data_dir / "cluster")
+        started.prepare()
+        try:
+            started.start()
+            yield started
+        finally:
+            started.stop()
+
+
+def _prefix(redis_url: str) -> Any:
+    if not redis_url:
+        import contextlib
+
+        return contextlib.nullcontext("helpcentre")
+    return redis_key_prefix(redis_url, "nginx-cluster")
+
+
+def sse(url: str, question: str) -> tuple[list[dict[str, Any]], list[float]]:
+    """The events of one SSE answer through nginx, with the time each arrived."""
+    events: list[dict[str, Any]] = []
+    arrived: list[float] = []
+    with httpx.stream("POST", url + "/api/v1/rag/ask/stream_chat", json={"question": question}, timeout=30.0) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                arrived.append(time.monotonic())
+    return events, arrived
+
+
+@pytest.mark.slow
+def test_answers_stream_whole_through_nginx_from_every_worker(cluster: Cluster) -> None:
+    for _ in range(4):  # round robin: both workers answer
+        events, _ = sse(cluster.url, "如何重設密碼？")
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert [e["channel"] for e in events if e["channel"] in ("meta_summary", "error")] == ["meta_summary"]
+    ready = httpx.get(cluster.url + "/api/v1/ready", timeout=10.0)
+    assert ready.status_code == 200, ready.text
+    static = httpx.get(cluster.url + "/static/admin/css/base.css", timeout=10.0)
+    assert static.status_code == 200 and static.headers["server"].startswith("nginx")
