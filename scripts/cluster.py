@@ -256,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster.start()
         ports = ", ".join(str(worker.port) for worker in cluster.workers)
         print(
-            f"Chat: {cluster.url}/  (workers on {ports}; logs in {cluster.folder}; kill -HUP {os.getpid()} restarts them one by one)"
+            f"Chat: {cluster.url}/  (workers on {ports}; logs in {cluster.folder}; "
+            f"kill -HUP {os.getpid()} restarts them one by one)"
         )
         while True:
             time.sleep(0.5)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
