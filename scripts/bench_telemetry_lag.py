@@ -45,7 +45,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from concurrency.stats import percentile  # noqa: E402
 from rag.deps import PipelineDeps  # noqa: E402
@@ -235,7 +234,7 @@ class _DiscardingExporter:
 
 def hook_cost(requests: int, repeats: int) -> dict[str, list[float]]:
     """CPU µs per request of the trivial-node graph: telemetry off, and on (sampled, nothing exported)."""
-    from bench_engine import trivial_registry
+    from scripts.bench_engine import trivial_registry
 
     deps = PipelineDeps(retriever=None)  # type: ignore[arg-type]  # trivial nodes never search
     graph = compile_workflow(default_workflow(), registry=trivial_registry(), deps=deps)
