@@ -1,0 +1,1 @@
+"""`manage.py loadtest`: simulated chat users against a deployment, for capacity planning (see the command)."""
