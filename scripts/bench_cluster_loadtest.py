@@ -171,7 +171,26 @@ def main() -> int:
         raw[name] = runs
         lines += scenario_section(name, args, runs)
         args.users = 0 if "--users" not in sys.argv else args.users
-    lines += ["Raw results (JSON, one per run):", "", "```json", json.dumps(raw, indent=1)[:40000], "```"]
+    lines += [
+        "## Reading it",
+        "",
+        "- **LLM-bound** (LLM utilisation near 1): the LLM server's sequences are the bottleneck; a second worker "
+        "adds nothing, and the wait shows as time to first token queued in our manager (where priority and `busy` "
+        "apply), not inside the LLM server (its waiting queue stays at 0 because the workers' limits add up to its "
+        "`--max-num-seqs`). More answers per second need more LLM capacity.",
+        "- **Worker-bound** (LLM utilisation low, the workers' CPU saturated): a second worker process on the "
+        "second core adds throughput; on this 2-core machine it shares the cores with nginx, PostgreSQL, Redis "
+        "and the simulator.",
+        "- To size a deployment: point `manage.py loadtest` at one worker with the real LLM server's `/metrics`, "
+        "raise `--users` until answers/s stop growing, and read which of the two it is; add workers while the "
+        "workers' CPU is the limit, LLM replicas while the LLM's utilisation is.",
+        "",
+        "Raw results (JSON, one per run):",
+        "",
+        "```json",
+        json.dumps(raw, indent=1)[:40000],
+        "```",
+    ]
     (OUT / "loadtest.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print((OUT / "loadtest.md").read_text().split("Raw results")[0])
     return 0
