@@ -245,6 +245,36 @@ Reply with one JSON object and nothing else: {"zh-hant": "...", "en": "..."}
 """,
 )
 
+ANSWER_JUDGE = _spec(
+    "answer-judge",
+    "Grades one answer for `manage.py eval_answers --judge`: faithfulness to the cited passages and relevance to "
+    "the question, 1-5 each with a short reason. Output: JSON.",
+    ("question", "answer", "passages"),
+    {"temperature": 0.0, "max_tokens": 300, "response_format": "json_object"},
+    """
+You grade the answers of a help-centre assistant. You see a question, the assistant's answer and the passages
+the answer cites. Judge only what is written; do not use outside knowledge.
+
+Question:
+{{question}}
+
+Answer:
+{{answer}}
+
+Cited passages:
+{{passages}}
+
+Give two scores from 1 (worst) to 5 (best):
+- faithfulness: every claim of the answer is stated in the cited passages (5), most are (3), the answer invents
+  or contradicts facts (1). An answer that says it found nothing, and claims nothing, is faithful (5).
+- relevance: the answer gives what the question asks, whole and to the point (5), partly (3), not at all or
+  refuses although the passages hold the answer (1).
+
+Reply with one JSON object and nothing else:
+{"faithfulness": <1-5>, "relevance": <1-5>, "reason": "<one short sentence, at most 30 words>"}
+""",
+)
+
 CATALOGUE: MappingProxyType[str, PromptSpec] = MappingProxyType(
     {
         spec.name: spec
@@ -256,6 +286,7 @@ CATALOGUE: MappingProxyType[str, PromptSpec] = MappingProxyType(
             TRANSLATOR_SYSTEM,
             QUERY_VARIATION_SYSTEM,
             DESCRIPTION_BACKFILL_SYSTEM,
+            ANSWER_JUDGE,
         )
     }
 )

@@ -72,3 +72,32 @@ class StoreRevision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.revision}"
+
+
+class AnswerEvaluation(models.Model):
+    """One run of `manage.py eval_answers`: what was asked of which producer, and how the answers scored.
+
+    The headline figures are columns, so the admin's list sorts and compares runs; everything the command
+    printed (settings, per-question outliers, the judge's figures) is kept in `summary`.
+    """
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    dataset = models.CharField(max_length=300, help_text="the SQuAD file's name")
+    producer = models.CharField(max_length=300, help_text="backend / answering model (or offline) / workflow")
+    questions = models.PositiveIntegerField()
+    containment = models.FloatField(help_text="share of answers that contain a gold answer")
+    citation_accuracy = models.FloatField(help_text="share of citing answers whose cited passage holds the gold")
+    refusal_rate = models.FloatField(help_text="share of answers that cite nothing (not found, out of scope)")
+    answer_chars_median = models.FloatField()
+    latency_ms_p50 = models.FloatField()
+    latency_ms_p95 = models.FloatField()
+    judge_prompt_version = models.PositiveIntegerField(null=True, blank=True)
+    faithfulness = models.FloatField(null=True, blank=True, help_text="judge's mean, 1-5")
+    relevance = models.FloatField(null=True, blank=True, help_text="judge's mean, 1-5")
+    summary = models.JSONField(default=dict, help_text="the command's whole JSON output")
+
+    class Meta:
+        ordering = ("-created_at",)
+
+    def __str__(self) -> str:
+        return f"{self.dataset} / {self.producer} @ {self.created_at:%Y-%m-%d %H:%M}"

@@ -28,7 +28,7 @@ def test_changelist_lists_versions_with_labels(admin_client):
     body = response.content.decode()
     assert "planner-system" in body and NAME in body and "production" in body
     filtered = admin_client.get(reverse("admin:prompts_prompt_changelist"), {"label": "production"})
-    assert filtered.status_code == 200 and "7 prompts" in filtered.content.decode()
+    assert filtered.status_code == 200 and "8 prompts" in filtered.content.decode()
 
 
 @pytest.mark.parametrize(
