@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from rag.offline import messages
-from rag.offline.passages import answer_sentences
+from rag.offline.passages import Block, Sentence, answer_sentences
+from rag.offline.procedures import Procedure, find_procedure
 from rag.offline.terms import query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
 
@@ -98,8 +99,11 @@ def extractive_answer(
     """The sentences of the top chunks that share most terms with the question, in reading order, each cited;
     None when no chunk has a usable sentence."""
     articles = _in_language([c for c in chunks if c.kind != "form"] or chunks, language)[:max_chunks]
+    procedure = find_procedure(question, articles)
+    if procedure is not None:
+        return procedure_answer(procedure, language)
     wanted = query_terms(question)
-    candidates: list[tuple[float, int, int, str]] = []  # (score, chunk index, position, sentence)
+    candidates: list[tuple[float, int, int, Sentence]] = []  # (score, chunk index, position, sentence)
     for rank, chunk in enumerate(articles):
         # A chunk whose title or section names the question's words is about it; a passing mention is not. So is
         # a sentence under a heading inside the chunk (a merged section) that names them.
@@ -107,37 +111,39 @@ def extractive_answer(
         for position, line in enumerate(answer_sentences(chunk)):
             sentence = line.text
             title_hits = len(about | (wanted & text_terms(line.section))) if line.section else len(about)
-            if sentence.endswith((":", "：")):
-                continue  # introduces a list we would not show
+            if sentence.endswith((":", "：")) and not line.items:
+                continue  # introduces a list that is not in the passage
             hits = len(wanted & text_terms(sentence))
             if not hits:
                 continue
             score = (hits + title_hits) / (1 + _RANK_PENALTY * rank) + 0.05 / (1 + position)
             if _CROSS_REFERENCE_RE.match(sentence):
                 score /= 2  # "See 'How do I reset my password'" points elsewhere instead of answering
-            candidates.append((score, rank, position, sentence))
+            candidates.append((score, rank, position, line))
     candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
     # Sentences far below the best one only share a common word ("密碼") with the question: leave them out.
     floor = candidates[0][0] * _RELATIVE_FLOOR if candidates else 0.0
-    chosen: dict[tuple[int, int], str] = {}
+    chosen: dict[tuple[int, int], Sentence] = {}
     chunk_best: dict[int, float] = {}
     seen_text: set[str] = set()
-    for score, rank, position, sentence in candidates:
+    for score, rank, position, line in candidates:
         if len(chosen) >= max_sentences or score < floor:
             break
-        if sentence not in seen_text:
-            seen_text.add(sentence)
-            chosen[(rank, position)] = sentence
+        if line.text not in seen_text:
+            seen_text.add(line.text)
+            seen_text.update(_item_sentences(line))  # a list given whole is not quoted again item by item
+            chosen[(rank, position)] = line
             chunk_best.setdefault(rank, score)
     if len(chosen) < min_sentences and articles:
         # Too little matched word for word: lead with the best chunk's opening, which usually states its point.
         lead = max(chunk_best, key=chunk_best.__getitem__) if chunk_best else 0
-        for position, sentence in enumerate(line.text for line in answer_sentences(articles[lead])):
+        for position, line in enumerate(answer_sentences(articles[lead])):
             if len(chosen) >= min_sentences:
                 break
-            if sentence not in seen_text and not sentence.endswith((":", "：")):
-                seen_text.add(sentence)
-                chosen[(lead, position)] = sentence
+            if line.text not in seen_text and (line.items or not line.text.endswith((":", "："))):
+                seen_text.add(line.text)
+                seen_text.update(_item_sentences(line))
+                chosen[(lead, position)] = line
                 chunk_best.setdefault(lead, 0.0)
     if not chosen:
         return None
@@ -145,8 +151,68 @@ def extractive_answer(
     # in sequence).
     order = sorted(chosen, key=lambda key: (-chunk_best[key[0]], key[0], key[1]))
     book = _SourceBook()
-    separator = "" if messages.reply_language(language) == messages.ZH else " "
-    body = separator.join(cite(chosen[key], book.ref(articles[key[0]]), language) for key in order)
+    separator = _separator(language)
+    body = ""
+    for key in order:
+        line, ref = chosen[key], book.ref(articles[key[0]])
+        if line.in_list and any(line.text in item for item in _shown_items(chosen)):
+            continue
+        if line.items:
+            listed = _list_lines(line.items, ordered=line.ordered, ref=ref, language=language)
+            body = f"{body.rstrip()}\n\n{line.text}\n{listed}\n\n".lstrip()
+        else:
+            body += ("" if not body or body.endswith("\n") else separator) + cite(line.text, ref, language)
+    return ComposedAnswer(f"{body.strip()}\n\n{sources_block(book.sources, language)}", book.sources)
+
+
+def _separator(language: str) -> str:
+    return "" if messages.reply_language(language) == messages.ZH else " "
+
+
+def _item_sentences(line: Sentence) -> set[str]:
+    return {text for item in line.items for text in split_sentences(item)}
+
+
+def _shown_items(chosen: dict[tuple[int, int], Sentence]) -> list[str]:
+    return [item for line in chosen.values() for item in line.items]
+
+
+def _list_lines(items: tuple[str, ...], *, ordered: bool, ref: int, language: str) -> str:
+    """A list's items, whole and in order, numbered or bulleted; the citation after the last one."""
+    separator = _separator(language)
+    texts = [separator.join(split_sentences(item, min_chars=1)) for item in items]
+    texts = [text for text in texts if text]
+    if texts and _TRAILING_PUNCT_RE.search(texts[-1]):
+        texts[-1] = cite(texts[-1], ref, language)
+    elif texts:  # an item without closing punctuation ("Google Chrome") gets none added
+        texts[-1] += f"[{ref}]" if messages.reply_language(language) == messages.ZH else f" [{ref}]"
+    return "\n".join(f"{i}. {text}" if ordered else f"- {text}" for i, text in enumerate(texts, start=1))
+
+
+def _block_text(block: Block, ref: int, language: str) -> str:
+    if block.kind == "paragraph":
+        text = _separator(language).join(split_sentences(block.texts[0], min_chars=1))
+        # a lead-in to the list ("...以下任一種方式：") is cited with the list
+        return text if text.endswith((":", "：")) else cite(text, ref, language)
+    return _list_lines(block.texts, ordered=block.kind == "ordered", ref=ref, language=language)
+
+
+def procedure_answer(procedure: Procedure, language: str) -> ComposedAnswer:
+    """The lead-in, every step in order, what follows them and the sub-sections retrieved (rules, limits)."""
+    book = _SourceBook()
+    ref = book.ref(procedure.chunk)
+    parts = [_block_text(block, ref, language) for block in procedure.lead]
+    parts.append(_block_text(procedure.steps, ref, language))
+    parts.extend(_block_text(block, ref, language) for block in procedure.after)
+    colon = "：" if messages.reply_language(language) == messages.ZH else ":"
+    for chunk, blocks in procedure.subsections:
+        sub_ref = book.ref(chunk)
+        label = chunk.heading.rsplit(">", 1)[-1].strip()
+        texts = [_block_text(block, sub_ref, language) for block in blocks]
+        if texts and label and blocks[0].kind != "paragraph":
+            texts[0] = f"{label}{colon}\n{texts[0]}"
+        parts.extend(texts)
+    body = "\n\n".join(part for part in parts if part.strip())
     return ComposedAnswer(f"{body}\n\n{sources_block(book.sources, language)}", book.sources)
 
 

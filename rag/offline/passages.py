@@ -26,25 +26,107 @@ _NEVER_HEADING = ("|", "#", "---", ">", "![")  # table rows, Markdown headings, 
 # Longer than every heading of the demo help centre (12 words, 17 CJK characters) by a margin: a longer line
 # without closing punctuation is text someone did not punctuate, not a heading.
 _MAX_HEADING_UNITS = 20
+# a sentence that says a list follows although it ends like any other: "請依下列順序檢查。", "as follows."
+_ANNOUNCE_RE = re.compile(r"下列|以下|如下|the following|as follows|these steps", re.IGNORECASE)
+_CJK_CHARS = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+_CJK_END_RE = re.compile(f"[{_CJK_CHARS}]$")
+_CJK_START_RE = re.compile(f"[{_CJK_CHARS}]")
 
 
 @dataclass(frozen=True, slots=True)
 class Sentence:
     text: str
     section: str = ""  # the heading line it stands under inside the chunk's text ("" above the first one)
+    # the list this sentence announces ("...請依下列步驟：", "We support:"), each item a whole text
+    items: tuple[str, ...] = ()
+    ordered: bool = False  # the announced list is numbered (steps)
+    in_list: bool = False  # the sentence is (part of) a list item
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A paragraph (one text, its wrapped lines joined) or a list (each item whole), under a heading line."""
+
+    kind: str  # "paragraph" | "ordered" | "bullets"
+    texts: tuple[str, ...]
+    section: str = ""
 
 
 def answer_sentences(chunk: RetrievedChunk) -> list[Sentence]:
     """The sentences of the chunk's text (`split_sentences`), each with the heading line above it; the heading
-    lines themselves are left out."""
+    lines themselves are left out. A sentence wrapped over several lines is one sentence, and one that announces
+    the list right after it carries the list's items."""
     sentences: list[Sentence] = []
-    section = ""
-    for line, is_heading in _marked_lines(chunk.text, title=chunk.title, heading=chunk.heading):
-        if is_heading:
-            section = line.strip()
-        else:
-            sentences.extend(Sentence(text, section) for text in split_sentences(line))
+    blocks = passage_blocks(chunk.text, title=chunk.title, heading=chunk.heading)
+    for index, block in enumerate(blocks):
+        if block.kind != "paragraph":
+            for item in block.texts:
+                sentences.extend(Sentence(text, block.section, in_list=True) for text in split_sentences(item))
+            continue
+        pieces = split_sentences(block.texts[0])
+        following = blocks[index + 1] if index + 1 < len(blocks) else None
+        for number, text in enumerate(pieces):
+            announced = following is not None and following.kind != "paragraph" and number == len(pieces) - 1
+            if announced and following is not None and announces_list(text):
+                items = tuple(item for item in following.texts if split_sentences(item, min_chars=1))
+                sentences.append(Sentence(text, block.section, items=items, ordered=following.kind == "ordered"))
+            else:
+                sentences.append(Sentence(text, block.section))
     return sentences
+
+
+def announces_list(sentence: str) -> bool:
+    """ "...請依下列順序檢查。", "常見的有：", "We support the latest versions of:"."""
+    return sentence.rstrip(_CLOSERS).endswith((":", "：")) or bool(_ANNOUNCE_RE.search(sentence))
+
+
+def passage_blocks(text: str, *, title: str, heading: str) -> list[Block]:
+    """The chunk's text as paragraphs and lists, heading lines left out (each names the section of what follows).
+
+    Lines of a paragraph are joined (a hard-wrapped sentence is one sentence again); so are an item's wrapped
+    lines. A blank line, a heading, a table row or a list marker ends a paragraph.
+    """
+    blocks: list[Block] = []
+    section = ""
+    kind, texts = "", []  # the block being read
+
+    def close() -> None:
+        nonlocal kind, texts
+        if texts:
+            blocks.append(Block(kind, tuple(texts), section))
+        kind, texts = "", []
+
+    for raw, is_heading in _marked_lines(text, title=title, heading=heading):
+        line = raw.strip()
+        if is_heading or line.startswith("#"):
+            close()
+            section = line.lstrip("#").strip()
+        elif not line or line.startswith(("|", "---", "![")):
+            close()
+            if line.startswith("|"):
+                blocks.append(Block("paragraph", (line,), section))
+        elif marker := _LIST_ITEM_RE.match(line):
+            item_kind = "ordered" if marker.group().strip()[0].isdigit() else "bullets"
+            if kind != item_kind:
+                close()
+                kind = item_kind
+            texts.append(line)
+        elif kind in ("ordered", "bullets") and raw[:1].isspace():
+            texts[-1] = join_wrapped(texts[-1], line)  # an item's wrapped line, indented under it
+        elif kind == "paragraph":
+            texts[-1] = join_wrapped(texts[-1], line)
+        else:
+            close()
+            kind, texts = "paragraph", [line]
+    close()
+    return blocks
+
+
+def join_wrapped(first: str, second: str) -> str:
+    """Two lines of one sentence: no space between Chinese characters (a wrap is no word break there)."""
+    if _CJK_END_RE.search(first) and _CJK_START_RE.match(second):
+        return first + second
+    return f"{first} {second}"
 
 
 def without_headings(text: str, *, title: str, heading: str) -> str:

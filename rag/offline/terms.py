@@ -92,7 +92,8 @@ def overlap(terms: set[str], passage_terms: set[str]) -> float:
 
 _MD_LIST_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)、])\s+")
 _MD_INLINE_RE = re.compile(r"\*\*|__|`")
-_BOLD_LABEL_RE = re.compile(r"^\*\*([^*]{1,60}?)[.。:：]?\*\*[.。:：]?\s*(?=\S)")
+# "**Label.** text" or "**Label**: text"; not "**a whole clause**，text" (a comma goes on with the sentence)
+_BOLD_LABEL_RE = re.compile(r"^\*\*([^*]{1,60}?)([.。:：]?)\*\*([.。:：]?)\s*(?=[^\s，,、；;])")
 _MD_LINK_RE = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 _TABLE_RULE_RE = re.compile(r"^\s*\|?\s*:?-{3,}")
 _SENTENCE_END_RE = re.compile(r"(?<=[。！？!?；])|(?<=[.])\s+(?=[A-Z0-9\"'(“])")
@@ -120,5 +121,13 @@ def split_sentences(text: str, *, min_chars: int = 6) -> list[str]:
 
 
 def _label_colon(match: re.Match[str]) -> str:
-    label = match.group(1)
+    label, punct = match.group(1), match.group(2) or match.group(3)
+    if punct in (".", "。") and _is_clause(label):
+        return f"{label}{punct} "  # a sentence set in bold ("**IE is not supported.** Ask IT..."), not a label
     return f"{label}：" if _CJK_RUN_RE.search(label) else f"{label}: "
+
+
+def _is_clause(label: str) -> bool:
+    """Bold text long enough to say something ("Internet Explorer is not supported") rather than name a step
+    ("Reset your password")."""
+    return len(label.split()) > 4 or (len(label) > 12 and _CJK_RUN_RE.search(label) is not None)

@@ -1,0 +1,94 @@
+""" "How do I ...?" questions: the whole ordered procedure of the article that answers them, with its conditions.
+
+Sentence picking (answers.extractive_answer) keeps the sentences that share most words with the question, which
+for "如何重設密碼？" are steps 2 and 4 and a note: a reader needs every step, in order, and what qualifies them (the
+link's validity inside a step, the password rules under it). So a procedural question whose best-matching
+retrieved chunk holds a numbered list is answered with that chunk's lead-in, the whole list, what the chunk says
+after it in the same section, and the retrieved sub-sections of that section (a rules list under "新密碼規則").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rag.offline.passages import Block, passage_blocks
+from rag.offline.terms import query_terms, text_terms
+from rag.retrieval.chunking import ChunkingConfig
+from rag.state import RetrievedChunk
+
+_SEPARATOR = ChunkingConfig().heading_separator
+_PROCEDURE_RE = re.compile(
+    r"如何|怎麼|怎么|怎樣|怎样|步驟|步骤|流程|程序|辦理|办理|"
+    r"\bhow\b|\bsteps?\b|\bprocedure\b|\bprocess\b|\bwhat (?:do|should) i do\b",
+    re.IGNORECASE,
+)
+# "How long / how many / 多久 / 多少": a quantity, not a procedure.
+_QUANTITY_RE = re.compile(
+    r"\bhow (?:long|many|much|often|old|far|soon|big)\b|多久|多少|幾|几|何時|何时|什麼時候|什么时候", re.IGNORECASE
+)
+_MIN_OVERLAP = 0.5  # of the question's terms found in the chunk (title and headings included)
+_RANK_PENALTY = 0.2
+_SEARCH_DEPTH = 3  # chunks, best first, that may hold the procedure
+_TRAILING_BLOCKS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Procedure:
+    chunk: RetrievedChunk  # the chunk whose numbered list is the procedure
+    lead: tuple[Block, ...]  # paragraphs of its section before the list (what it is for, what it takes)
+    steps: Block
+    after: tuple[Block, ...]  # what follows the list in its section
+    subsections: tuple[tuple[RetrievedChunk, tuple[Block, ...]], ...]  # retrieved chunks of sections under it
+
+
+def is_procedural(question: str) -> bool:
+    return bool(_PROCEDURE_RE.search(question)) and not _QUANTITY_RE.search(question)
+
+
+def find_procedure(question: str, chunks: list[RetrievedChunk]) -> Procedure | None:
+    """The procedure answering a procedural question, or None (not procedural, or no fitting numbered list)."""
+    if not is_procedural(question):
+        return None
+    wanted = query_terms(question)
+    if not wanted:
+        return None
+    best: tuple[float, RetrievedChunk, list[Block], int] | None = None
+    for rank, chunk in enumerate(chunks[:_SEARCH_DEPTH]):
+        blocks = passage_blocks(chunk.text, title=chunk.title, heading=chunk.heading)
+        steps_at = next((i for i, block in enumerate(blocks) if block.kind == "ordered" and len(block.texts) > 1), -1)
+        if steps_at < 0:
+            continue
+        found = len(wanted & text_terms(f"{chunk.title} {chunk.heading} {chunk.text}")) / len(wanted)
+        # an article titled with the question's words is about it; one that mentions them in a step is not
+        about = len(wanted & text_terms(f"{chunk.title} {chunk.heading}")) / len(wanted)
+        score = (found + about) / (1 + _RANK_PENALTY * rank)
+        if found >= _MIN_OVERLAP and (best is None or score > best[0]):
+            best = (score, chunk, blocks, steps_at)
+    if best is None:
+        return None
+    _, chunk, blocks, steps_at = best
+    steps = blocks[steps_at]
+    lead = tuple(b for b in blocks[:steps_at] if b.kind == "paragraph" and b.section in ("", steps.section))
+    after: list[Block] = []
+    for block in blocks[steps_at + 1 :]:
+        if block.section != steps.section or len(after) == _TRAILING_BLOCKS:
+            break
+        after.append(block)
+    return Procedure(chunk, lead[-2:], steps, tuple(after), _subsections(chunk, chunks))
+
+
+Subsection = tuple[RetrievedChunk, tuple[Block, ...]]
+
+
+def _subsections(parent: RetrievedChunk, chunks: list[RetrievedChunk]) -> tuple[Subsection, ...]:
+    """Retrieved chunks of the same document under the parent's section, in document order."""
+    prefix = parent.heading + _SEPARATOR
+    below = [c for c in chunks if c.doc_id == parent.doc_id and c.heading.startswith(prefix) and c is not parent]
+    below.sort(key=lambda c: _ordinal(c.chunk_id))
+    return tuple((c, tuple(passage_blocks(c.text, title=c.title, heading=c.heading))) for c in below)
+
+
+def _ordinal(chunk_id: str) -> int:
+    tail = chunk_id.rsplit("#", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
