@@ -88,7 +88,8 @@ def passage_blocks(text: str, *, title: str, heading: str) -> list[Block]:
     """
     blocks: list[Block] = []
     section = ""
-    kind, texts = "", []  # the block being read
+    kind = ""  # the block being read
+    texts: list[str] = []
 
     def close() -> None:
         nonlocal kind, texts

@@ -29,7 +29,7 @@ def demo_chunks(name: str) -> list[RetrievedChunk]:
 
 def _as_retrieved(chunk: object) -> RetrievedChunk:
     fields = ("chunk_id", "doc_id", "title", "url", "text", "language", "heading", "kind")
-    return RetrievedChunk(score=1.0, **{name: getattr(chunk, name) for name in fields})  # type: ignore[arg-type]
+    return RetrievedChunk(score=1.0, **{name: getattr(chunk, name) for name in fields})
 
 
 def body_of(question: str, chunks: list[RetrievedChunk], language: str) -> str:
