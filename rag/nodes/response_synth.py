@@ -292,7 +292,10 @@ class ResponseSynth:
             extra = _ELABORATE_EXTRA_SENTENCES if state.followup_instruction == ELABORATE else 0
             # Sentences are picked by the question's words and the search's: "tell me more" and "那要多久？"
             # carry their topic only in the query built from the conversation.
-            wanted = question if state.search_query in ("", question) else f"{question} {state.search_query}"
+            # A follow-up's context ("How long do I have to confirm?" after the waiting list) is in the pass's
+            # other queries when the question itself was searched first.
+            searched = [q for q in dict.fromkeys([state.search_query, *state.queries]) if q and q != question]
+            wanted = " ".join([question, *searched])
             composed = answers.extractive_answer(
                 wanted,
                 chunks,

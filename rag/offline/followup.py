@@ -37,6 +37,7 @@ _ZH_LEADING_THEN_RE = re.compile(r"^\s*(?:那|那麼|那么|所以|然後|然后
 _EN_PRONOUN_RE = re.compile(r"\b(?:it|its|that|this|those|these|them|they|there|one)\b")
 _EN_EXPLETIVE_RE = re.compile(r"\bis it (?:possible|ok|okay|necessary|required|free|safe|true)\b")
 _SHORT_EN_WORDS = 8
+_EN_BARE_ASK_RE = re.compile(r"^\s*(?:and |so |then )?(?:how (?:long|many|much|often|soon)|what about|and what)\b")
 _WORD_RE = re.compile(r"[a-z0-9']+")
 
 # Transform requests are short imperatives; a long question that happens to contain "summary" is a question.
@@ -99,6 +100,18 @@ def is_followup(question: str) -> bool:
     if not words or len(words) > _SHORT_EN_WORDS:
         return False
     return bool(_EN_PRONOUN_RE.search(text)) and not _EN_EXPLETIVE_RE.search(text)
+
+
+def leans_on_context(question: str) -> bool:
+    """Whether a search for the question should also carry the previous question's topic: a follow-up, or a
+    short English question that names what it asks ("how long", "what about") and at most one other word
+    ("How long do I have to confirm?"). Asked with no conversation, such a question is still its own (cacheable)."""
+    if is_followup(question):
+        return True
+    text = normalize(question)
+    if not _EN_BARE_ASK_RE.match(text) or len(_WORD_RE.findall(text)) > _SHORT_EN_WORDS:
+        return False
+    return len([p for p in content_phrases(_EN_BARE_ASK_RE.sub(" ", text)) if p.isascii()]) <= 1
 
 
 def transform_instruction(question: str) -> str:

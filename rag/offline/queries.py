@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rag.offline.followup import ELABORATE, is_followup
+from rag.offline.followup import ELABORATE, leans_on_context
 from rag.offline.terms import content_phrases, strip_question_words
 from rag.text.language import is_chinese
 
@@ -38,7 +38,7 @@ def build_queries(
 ) -> QueryPlan:
     # "Tell me more" has nothing to search for: the previous question says what "more" is about.
     base = previous_question if instruction == ELABORATE and previous_question else question
-    context = previous_question if base is question and previous_question and is_followup(question) else ""
+    context = previous_question if base is question and previous_question and leans_on_context(question) else ""
     phrases = content_phrases(base)
     context_phrases = [p for p in content_phrases(context) if p not in phrases] if context else []
     chinese = is_chinese(language)
