@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -28,6 +29,7 @@ from rag.retrieval.loaders.pdf import load_pdf
 from rag.retrieval.loaders.squad import SquadFile, SquadQuestion, load_squad, read_squad
 from rag.retrieval.loaders.text import load_text
 from rag.retrieval.markdown import LANGUAGES, Document, FrontMatterError, LoadError, document_from_text
+from rag.text.compat import fold_compatibility
 
 __all__ = [
     "EXTENSIONS",
@@ -170,7 +172,12 @@ def _load_file(file: Path, *, root: Path, format: str, language: str | None, err
         errors.append(LoadError(file, f"unsupported file type {file.suffix or '(no extension)'!r} (known: {known})"))
         return []
     try:
-        return _LOADERS[file_format](file, doc_id=_doc_id(file, root, file_format), language=language, errors=errors)
+        loaded = _LOADERS[file_format](file, doc_id=_doc_id(file, root, file_format), language=language, errors=errors)
+        # Kangxi radicals from a PDF, full-width letters...: what a reader sees, so what search and answers use
+        return [
+            replace(document, title=fold_compatibility(document.title), text=fold_compatibility(document.text))
+            for document in loaded
+        ]
     except SkipFile as exc:
         errors.append(LoadError(file, exc.reason))
     except OSError as exc:
