@@ -50,6 +50,8 @@ class Message(models.Model):
     # the queue full); feedback on an answer without it sends the trace before the score.
     trace_exported = models.BooleanField(default=False)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    # answered from the retrieved passages alone because the answer LLM failed for good
+    degraded = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

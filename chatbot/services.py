@@ -88,6 +88,7 @@ def exchange_record(
             trace_id=meta.get("trace_id", ""),
             trace_exported=bool(meta.get("trace_exported", False)),
             latency_ms=meta.get("latency_ms"),
+            degraded=bool(meta.get("degraded", False)),
         )
         fields = ["updated_at"]
         if new_summary:

@@ -215,6 +215,9 @@ RAG_MAX_RETRIEVAL_LOOPS = env_int("RAG_MAX_RETRIEVAL_LOOPS", 2, minimum=0, maxim
 RAG_RATE_LIMIT_PER_MINUTE = env_int("RAG_RATE_LIMIT_PER_MINUTE", 30, minimum=0)
 RAG_STREAM_TIMEOUT = env_float("RAG_STREAM_TIMEOUT", 180.0, minimum=1.0)
 RAG_DEFAULT_LANGUAGE = env_choice("RAG_DEFAULT_LANGUAGE", "zh-hant", ("zh-hant", "en"))
+# When the answer LLM fails for good (upstream error, timeout, busy past the wait) after retrieval found passages,
+# answer from the passages with a notice instead of an error.
+RAG_DEGRADED_ANSWERS = env_bool("RAG_DEGRADED_ANSWERS", True)
 # Semantic cache of answers to context-free questions: on/off, cosine threshold, entry lifetime in seconds.
 RAG_SEMANTIC_CACHE_ENABLED = env_bool("RAG_SEMANTIC_CACHE_ENABLED", True)
 RAG_SEMANTIC_CACHE_THRESHOLD = env_float("RAG_SEMANTIC_CACHE_THRESHOLD", 0.65, minimum=0.0, maximum=1.0)

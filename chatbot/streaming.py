@@ -164,6 +164,7 @@ class ChatExchange:
             "trace_id": state.trace_id,
             "trace_exported": state.trace_exported,
             "latency_ms": int(((self.run.finished or time.monotonic()) - self.run.started) * 1000),
+            "degraded": state.degraded,
         }
         task = asyncio.create_task(
             database_sync_to_async(exchange_record)(

@@ -129,6 +129,7 @@ class ConcurrencySettingsAdmin(admin.ModelAdmin):
         self, request: HttpRequest, row: ConcurrencySettings, form: ConcurrencySettingsForm, can_edit: bool
     ) -> dict[str, Any]:
         status_url = reverse("concurrency:status")
+        status = concurrency_status()
         return {
             **self.admin_site.each_context(request),
             "title": "LLM concurrency console",
@@ -140,6 +141,11 @@ class ConcurrencySettingsAdmin(admin.ModelAdmin):
             "can_edit": can_edit,
             "backends": BACKENDS,
             "status_url": status_url,
-            "initial_status": concurrency_status(),
+            "initial_status": status,
+            # the pipeline reports its answers as the "answers" extra of each worker
+            "degraded_answers": sum(
+                int(((worker.get("extra") or {}).get("answers") or {}).get("degraded", 0))
+                for worker in status["workers"]
+            ),
             "media": self.media + form.media,
         }

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rag.state import RetrievedChunk
+from rag.stats import AnswerStats
 
 
 class Retriever(Protocol):
@@ -56,6 +57,8 @@ class PipelineConfig:
     forms_base_url: str = "/forms/"
     forms_export_url: str = "/api/v1/rag/forms/export.csv"
     stream_chunk_chars: int = 6  # offline streaming: characters per answer delta
+    # when the answer LLM fails for good after retrieval, answer extractively with a notice instead of an error
+    degraded_answers: bool = True
 
     def as_fingerprint(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -70,6 +73,7 @@ class PipelineDeps:
     # Where LLM nodes get their prompts; None means the catalogue's built-in defaults (rag.llm_nodes.prompts).
     prompts: PromptProvider | None = None
     cache: Any = None  # the semantic cache, when enabled
+    answer_stats: AnswerStats = field(default_factory=AnswerStats)  # counts shown in the console
     telemetry: Any = None
     # Run by close(): unsubscribing from live settings and the like.
     cleanups: list[Callable[[], object]] = field(default_factory=list)

@@ -132,6 +132,8 @@ class PipelineState:
     attachments: list[Attachment] = field(default_factory=list)
     new_summary: str = ""
     usage: Usage = field(default_factory=Usage)
+    # answered from the passages alone because the answer LLM failed for good (never cached, flagged to the client)
+    degraded: bool = False
     # --- outcome ---
     error: PipelineError | None = None
     trace_id: str = ""

@@ -51,6 +51,7 @@ def pipeline_config_from_settings() -> PipelineConfig:
         retrieval_timeout=settings.RAG_RETRIEVAL_TIMEOUT,
         max_retrieval_loops=settings.RAG_MAX_RETRIEVAL_LOOPS,
         default_language=settings.RAG_DEFAULT_LANGUAGE,
+        degraded_answers=settings.RAG_DEGRADED_ANSWERS,
     )
 
 
@@ -323,6 +324,10 @@ def build_deps() -> PipelineDeps:
 
         deps.prompts = RegistryPrompts()
         deps.cleanups.append(follow_live_settings(llm))
+        from concurrency.live import register_stats_provider
+
+        # answers made from the passages while the model failed (only an LLM deployment degrades)
+        deps.cleanups.append(register_stats_provider("answers", deps.answer_stats.stats))
         logger.info(
             "pipeline LLM: %s (chat model %s, responses model %s)",
             settings.LLM_BASE_URL,

@@ -33,6 +33,7 @@ OPTIONAL_INPUTS = (
     "followup_instruction",
     "search_query",
     "queries",
+    "degraded",
 )
 OUTPUTS = ()
 
@@ -58,6 +59,8 @@ class CacheStore:
             return None
         # Only answers grounded in retrieved articles are worth repeating; apologies and follow-ups are not.
         if not state.cacheable or state.error or state.retrieval_verdict != "relevant" or not state.sources:
+            return None
+        if state.degraded:  # a stand-in for the model's answer: the next asker should get the real one
             return None
         if not store_allowed(
             state.normalized_question,

@@ -20,6 +20,7 @@ from typing import Any
 
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
+from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
 from rag.events import StreamWriter
 from rag.llm_nodes import calls
 from rag.llm_nodes.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, canonical_instruction, followup_mode
@@ -31,6 +32,7 @@ from rag.offline.followup import ELABORATE, SHORTEN, SUMMARIZE
 from rag.offline.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
 from rag.offline.transforms import split_answer, transform_previous_answer
 from rag.state import Attachment, PipelineState, Usage
+from rag.stats import AnswerStats
 from rag.text.language import OTHER
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ OPTIONAL_INPUTS = (
     "summary",
     "previous_answer",
 )
-OUTPUTS = ("answer", "sources", "attachments", "new_summary")
+OUTPUTS = ("answer", "sources", "attachments", "new_summary", "degraded")
 _ELABORATE_EXTRA_SENTENCES = 3
 ANSWER = "answer"  # an LLM task besides followup's TRANSLATE and REWRITE: answering from retrieved chunks
 # What an offline instruction asks, said to the model.
@@ -85,6 +87,8 @@ class ResponseSynth:
         history_chars: int = 1500,
         llm_summary: bool = True,
         summary_timeout: float = 10.0,
+        degraded_answers: bool = True,
+        stats: AnswerStats | None = None,
     ) -> None:
         self._chunk_chars = stream_chunk_chars
         self._forms_base_url = forms_base_url
@@ -100,6 +104,8 @@ class ResponseSynth:
         self._history_chars = history_chars
         self._llm_summary = llm_summary
         self._summary_timeout = summary_timeout
+        self._degraded = degraded_answers
+        self._stats = stats or AnswerStats()
 
     async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
         task = self._llm_task(state) if self._llm is not None and not state.answer else None
@@ -154,7 +160,16 @@ class ResponseSynth:
             return
         prompt_messages, numbered, options = request
         await writer.emit(self.name, "status", "generate", task=task, answer_source="llm", sources=len(numbered or ()))
-        body = await self._stream(state, writer, prompt_messages, options)
+        streamed: list[str] = []
+        try:
+            body = await self._stream(state, writer, prompt_messages, options, streamed)
+        except (UpstreamError, UpstreamTimeout, Busy) as exc:
+            # Failed for good (the call policy's retries are spent). Nothing said yet and passages in hand: answer
+            # from them rather than with an error.
+            if not (self._degraded and task == ANSWER and state.retrieved and not streamed):
+                raise
+            await self._degraded_answer(state, writer, exc)
+            return
         if not body.strip():
             # The model said nothing (a max_tokens of reasoning, say): the offline answer rather than silence.
             await writer.emit(self.name, "status", "generate", answer_source="rules_fallback", fallback_reason="empty")
@@ -202,12 +217,29 @@ class ResponseSynth:
         ]
         return prompt_messages, numbered, calls.call_options(self._llm, snapshot, node=NAME)
 
+    async def _degraded_answer(self, state: PipelineState, writer: StreamWriter, exc: PipelineAbort) -> None:
+        """The extractive answer from the retrieved passages, after a one-line notice that says what it is."""
+        logger.warning("answer LLM failed (%s): answering from the passages", exc.code)
+        await writer.emit(
+            self.name, "status", "generate", answer_source="degraded", fallback_reason=exc.code, degraded=True
+        )
+        composed = self._compose(state)
+        notice = messages.text("degraded", state.language)
+        self._set(state, answers.ComposedAnswer(f"{notice}\n\n{composed.text}", composed.sources, composed.attachments))
+        state.degraded = True
+        self._stats.degraded()
+        await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
+
     async def _stream(
-        self, state: PipelineState, writer: StreamWriter, prompt_messages: list[dict[str, str]], options: dict[str, Any]
+        self,
+        state: PipelineState,
+        writer: StreamWriter,
+        prompt_messages: list[dict[str, str]],
+        options: dict[str, Any],
+        parts: list[str],
     ) -> str:
-        """Stream the model's answer and reasoning as they come; the answer text. Leaving early (cancellation,
-        an upstream failure) closes the upstream stream and frees the slot at once."""
-        parts: list[str] = []
+        """Stream the model's answer and reasoning as they come into `parts`; the answer text. Leaving early
+        (cancellation, an upstream failure) closes the upstream stream and frees the slot at once."""
         usage: Usage | None = None
         stream = self._llm.stream_answer(backend=state.backend, node=NAME, messages=prompt_messages, **options)
         async with contextlib.aclosing(stream) as deltas:
@@ -240,8 +272,8 @@ class ResponseSynth:
 
     async def _summarize(self, state: PipelineState, writer: StreamWriter) -> str:
         offline = answers.updated_summary(state.summary, state.normalized_question, state.answer)
-        if self._llm is None or not self._llm_summary or not state.answer.strip():
-            return offline
+        if self._llm is None or not self._llm_summary or not state.answer.strip() or state.degraded:
+            return offline  # degraded: the model just failed, and the summary would wait for it again
         try:
             snapshot = await calls.load_prompt(self._prompts, CONVERSATION_SUMMARIZER)
             prompt = calls.render(
@@ -335,6 +367,8 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> ResponseSynth:
         max_sources=params["max_sources"],
         llm_summary=params["llm_summary"],
         summary_timeout=params["summary_timeout"],
+        degraded_answers=config.degraded_answers,
+        stats=deps.answer_stats,
     )
 
 

@@ -31,6 +31,10 @@ _TEXTS: dict[str, dict[str, str]] = {
         EN: "Sorry, I couldn't find an answer to that in the help centre. You can rephrase your question, or "
         "contact the service desk: {contact}",
     },
+    "degraded": {
+        ZH: "（完整的智慧助理目前無法使用，以下是說明中心文章裡的相關內容。）",
+        EN: "(The full assistant is unavailable right now; here is what the help centre articles say.)",
+    },
     "related": {ZH: "以下文章可能與您的問題有關：", EN: "These articles may be related to your question:"},
     "sources": {ZH: "資料來源：", EN: "Sources:"},
     "no_forms": {

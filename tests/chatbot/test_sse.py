@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 from channels.testing import ApplicationCommunicator
@@ -240,8 +241,9 @@ async def test_a_disconnect_mid_answer_frees_the_llm_slot_and_the_upstream_reque
 
 
 async def test_a_full_llm_wait_queue_answers_busy_with_retry_after_and_counts_the_rejections(
-    llm_app: LLMApp, app_sim: SimulatorProcess
+    llm_app: LLMApp, app_sim: SimulatorProcess, settings: Any
 ) -> None:
+    settings.RAG_DEGRADED_ANSWERS = False  # with it on, the refused answer comes from the passages (below)
     manager = await llm_app(limit_chat=1, max_waiters=0)
     await app_sim.afaults(fail_next=STALLED_ANSWER)
     holder = await sse_start(STREAM_CHAT, ask_body("How do I reset my password?"), headers=[JSON_CONTENT])
@@ -266,4 +268,27 @@ async def test_a_full_llm_wait_queue_answers_busy_with_retry_after_and_counts_th
 
     await holder.send_input({"type": "http.disconnect"})
     await wait_slot_and_upstream_free(manager, app_sim)
+    await holder.wait(timeout=1)
+
+
+async def test_with_the_llm_queue_full_the_answer_comes_from_the_passages_flagged_degraded(
+    llm_app: LLMApp, app_sim: SimulatorProcess
+) -> None:
+    await llm_app(limit_chat=1, max_waiters=0)
+    await app_sim.afaults(fail_next=STALLED_ANSWER)
+    holder = await sse_start(STREAM_CHAT, ask_body("How do I reset my password?"), headers=[JSON_CONTENT])
+    await sse_until_answer_delta(holder)  # the one chat slot is taken until this answer ends
+
+    response = await sse_request(STREAM_CHAT, ask_body("How do I change my email address?"))
+
+    assert response.status == 200
+    events = response.events()
+    terminal = events[-1]
+    assert terminal["channel"] == "meta_summary" and terminal["degraded"] is True
+    answer = "".join(e["delta"] for e in events if e["channel"] == "answer")
+    assert answer.startswith("(The full assistant is unavailable right now") and "[1]" in answer
+    stored = await Message.objects.aget(request_id=terminal["request_id"], role="assistant")
+    assert (stored.degraded, stored.status, stored.content) == (True, "ok", answer)
+
+    await holder.send_input({"type": "http.disconnect"})
     await holder.wait(timeout=1)

@@ -151,3 +151,14 @@ def test_staff_without_the_change_permission_may_look_but_not_save(client) -> No
     assert "Save and apply" not in page.content.decode()
     assert client.post(CONSOLE, form_data(limit_chat=1)).status_code == 403
     assert concurrency_settings_get().limit_chat == concurrency_settings_defaults()["limit_chat"]
+
+
+def test_the_console_counts_degraded_answers(client, admin_user) -> None:
+    from concurrency.live import register_stats_provider
+
+    unregister = register_stats_provider("answers", lambda: {"degraded": 3})
+    try:
+        html = client.get(CONSOLE).content.decode()
+    finally:
+        unregister()
+    assert '<strong data-cc="degraded">3</strong>' in html

@@ -159,11 +159,17 @@
     replaceRows(q(root, "queue-rows"), rows, 5, "nobody is waiting");
   }
 
+  // answers given from the passages alone while the LLM failed, summed over workers (since each one started)
+  function degradedAnswers(status) {
+    return status.workers.reduce((sum, w) => sum + (((w.extra || {}).answers || {}).degraded || 0), 0);
+  }
+
   function render(status) {
     setText(q(root, "mode"), status.worker.manager.mode);
     setText(q(root, "workers"), status.workers.length);
     setText(q(root, "version"), status.settings.version);
     setText(q(root, "live"), status.worker.manager.live_requests);
+    setText(q(root, "degraded"), degradedAnswers(status));
     renderBackends(status);
     renderWorkers(status);
     renderQueues(status);

@@ -45,10 +45,15 @@ async def test_stores_a_grounded_context_free_answer():
     ]
 
 
-async def test_does_not_store_follow_ups_fallbacks_or_unsourced_answers():
+async def test_does_not_store_follow_ups_fallbacks_unsourced_or_degraded_answers():
     cache = RecordingCache()
     node = CacheStore(cache=cache, timeout=1)
-    for state in (answered(cacheable=False), answered(retrieval_verdict="fallback"), answered(sources=[])):
+    for state in (
+        answered(cacheable=False),
+        answered(retrieval_verdict="fallback"),
+        answered(sources=[]),
+        answered(degraded=True),  # a stand-in for the model's answer while it is down
+    ):
         await node.run(state, make_writer()[0])
     assert cache.stored == []
 

@@ -1,0 +1,21 @@
+"""Per-process counts of how answers were made, for the concurrency console (`register_stats_provider`)."""
+
+from __future__ import annotations
+
+import threading
+
+
+class AnswerStats:
+    """Thread-safe counters; `stats()` is what the console shows."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._degraded = 0
+
+    def degraded(self) -> None:
+        with self._lock:
+            self._degraded += 1
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"degraded": self._degraded}
