@@ -11,26 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from rag.text.question_words import ZH_QUESTION_WORDS_RE as _ZH_FUNCTION_RE
 from rag.text.tokenize import EN_STOPWORDS, normalize, tokenize
 
 _CJK_RUN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _LATIN_WORD_RE = re.compile(r"[a-z0-9]+(?:[._'-][a-z0-9]+)*")
 _STEM_LEN = 5
 
-# Question scaffolding, Traditional and Simplified. Longest first so 怎麼辦 goes before 怎麼. A lone 請 is left
-# alone: it is half of 申請 (apply), which matters here.
-_ZH_FUNCTION_WORDS = (
-    "可不可以 能不能 有沒有 有没有 為什麼 为什么 怎麼辦 怎么办 要怎麼 要怎么 該怎麼 该怎么 "
-    "請問 请问 如何 怎麼 怎么 怎樣 怎样 什麼 什么 哪裡 哪里 哪些 哪個 哪个 在哪 "
-    "是否 能否 可否 可以 需要 我要 我想 想要 應該 应该 一下 辦法 办法 您好 你好 "
-    "那要 那麼 那么 要在 多久 多長 多长 多少 何時 何时 什麼時候 什么时候 "
-    "我 您 你 嗎 吗 呢 吧 啊 呀 喔 哦"
-).split()
-_ZH_FUNCTION_RE = re.compile(
-    "|".join(re.escape(w) for w in sorted(_ZH_FUNCTION_WORDS, key=len, reverse=True))
-    # 的 and 了 are particles except in 的確 / 了解, which we keep.
-    + "|的(?!確)|了(?!解)"
-)
 # Words that ask rather than say, on top of the tokenizer's stopwords.
 _EN_QUESTION_WORDS = EN_STOPWORDS | frozenset(
     "please help get got need want know tell about any some there way ways possible would should could "

@@ -13,6 +13,7 @@ from rag.deps import PipelineConfig
 from rag.errors import UpstreamError
 from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.response_synth import ResponseSynth
+from rag.offline import messages
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
 from tests.rag.llm.conftest import AttemptLog, BackendFactory
 from tests.rag.nodes.support import answer_text, drain, history, make_state, make_writer
@@ -150,13 +151,28 @@ async def test_a_failed_summary_keeps_the_answer(
     assert [e["call"] for e in events if e["channel"] == "meta"] == ["answer"]
 
 
-async def test_upstream_failure_of_the_answer_is_the_requests_failure(
+async def test_with_degraded_answers_off_an_upstream_failure_is_the_requests_failure(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog, prompts: CataloguePrompts
 ) -> None:
     await sim.afaults(fail_next=["500", "500"])
     with pytest.raises(UpstreamError, match="HTTP 500, 2 attempt"):
-        await synth(make_backend(max_attempts=2), prompts).run(faq_state(), make_writer()[0])
+        await synth(make_backend(max_attempts=2), prompts, degraded_answers=False).run(faq_state(), make_writer()[0])
     assert attempts.count == 2
+
+
+async def test_an_upstream_failure_of_the_answer_is_answered_from_the_passages(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog, prompts: CataloguePrompts
+) -> None:
+    await sim.afaults(fail_next=["500", "500"])
+    state = faq_state()
+    writer, channel = make_writer()
+    await synth(make_backend(max_attempts=2), prompts).run(state, writer)
+    events = await drain(channel)
+    assert state.degraded and attempts.count == 2
+    assert state.answer.startswith(messages.text("degraded", state.language)) and "[1]" in state.answer
+    assert answer_text(events) == state.answer
+    generate = [e for e in events if e["channel"] == "status" and e["stage"] == "generate"]
+    assert (generate[-1]["answer_source"], generate[-1]["fallback_reason"]) == ("degraded", "upstream_error")
 
 
 async def test_an_unavailable_prompt_gives_the_offline_answer(

@@ -47,3 +47,12 @@ def test_query_has_weight_one_per_distinct_token_and_drops_english_stopwords() -
 def test_number_and_cjk_joins_are_tokens() -> None:
     query = BM25Encoder().encode_query("30分鐘")
     assert token_id("30分") in query.indices
+
+
+def test_a_query_leaves_out_its_chinese_question_words() -> None:
+    encoder = BM25Encoder()
+    asked = encoder.encode_query("西部幹線在哪一年全線通車？")
+    assert token_id("一年") not in asked.indices and token_id("哪一") not in asked.indices
+    assert token_id("通車") in asked.indices
+    # a question of nothing but question words still searches for something
+    assert len(encoder.encode_query("為什麼？")) > 0
