@@ -77,9 +77,10 @@ RuntimeFactory = Callable[..., PipelineRuntime]
 
 @pytest.fixture
 def make_runtime(sim: SimulatorProcess, manager: LLMConcurrencyManager, demo_retriever: Any) -> RuntimeFactory:  # noqa: F811
-    """``make_runtime(first_token_timeout=1.0, max_attempts=3)``: LLMConfig and CallPolicyConfig fields mixed."""
+    """``make_runtime(first_token_timeout=1.0, max_attempts=3)``: LLMConfig and CallPolicyConfig fields mixed;
+    ``degraded_answers=False`` for a failed answer to end the stream with its error."""
 
-    def build(**overrides: Any) -> PipelineRuntime:
+    def build(*, degraded_answers: bool = True, **overrides: Any) -> PipelineRuntime:
         llm_args: dict[str, Any] = {
             "base_url": sim.base_url,
             "api_key": "test",
@@ -93,7 +94,7 @@ def make_runtime(sim: SimulatorProcess, manager: LLMConcurrencyManager, demo_ret
             (llm_args if key in LLMConfig.__dataclass_fields__ else policy_args)[key] = value
         deps = PipelineDeps(
             retriever=demo_retriever,
-            config=PipelineConfig(),
+            config=PipelineConfig(degraded_answers=degraded_answers),
             llm=LLMBackend(LLMConfig(**llm_args), CallPolicyConfig(**policy_args)),
             prompts=CataloguePrompts(),
         )

@@ -44,7 +44,8 @@ async def test_a_burst_of_500s_is_retried_then_ends_with_one_upstream_error(
     make_runtime: RuntimeFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
     await sim.afaults(rate_500=1.0)
-    events = await ask(make_runtime(max_attempts=3), QUESTION)
+    # degraded answers off: this is about the error the stream ends with (test_degraded: the answer instead)
+    events = await ask(make_runtime(max_attempts=3, degraded_answers=False), QUESTION)
 
     terminal = check_stream(events)
     assert (terminal["channel"], terminal["code"]) == ("error", "upstream_error")
@@ -62,7 +63,7 @@ async def test_a_hang_before_the_first_token_ends_with_a_timeout(
 ) -> None:
     await sim.afaults(fail_next=["ok", "hang"])  # the plan is answered, the answer never starts
     started = time.monotonic()
-    events = await ask(make_runtime(first_token_timeout=1.0), QUESTION)
+    events = await ask(make_runtime(first_token_timeout=1.0, degraded_answers=False), QUESTION)
     elapsed = time.monotonic() - started
 
     terminal = check_stream(events)
@@ -77,7 +78,7 @@ async def test_a_drop_mid_stream_is_one_upstream_error_without_a_retry(
     make_runtime: RuntimeFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
     await sim.afaults(fail_next=["ok", "drop:3"])  # the answer's connection is cut after three tokens
-    events = await ask(make_runtime(), QUESTION)
+    events = await ask(make_runtime(degraded_answers=False), QUESTION)
 
     terminal = check_stream(events)
     assert (terminal["channel"], terminal["code"]) == ("error", "upstream_error")
@@ -102,3 +103,18 @@ async def test_a_client_leaving_mid_answer_stops_the_upstream_stream_at_once(
     started = time.monotonic()
     await wait_idle(sim, within=1.0)  # the simulator saw the disconnect and stopped generating
     assert time.monotonic() - started < 1.0
+
+
+async def test_a_hang_before_the_first_token_is_answered_from_the_passages(
+    make_runtime: RuntimeFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(fail_next=["ok", "hang"])  # the plan is answered, the answer never starts
+    events = await ask(make_runtime(first_token_timeout=1.0), QUESTION)
+
+    summary = check_stream(events)
+    assert summary["channel"] == "meta_summary" and summary["degraded"] is True
+    [degraded] = [e for e in events if e["stage"] == "generate" and e.get("answer_source") == "degraded"]
+    assert degraded["fallback_reason"] == "timeout"
+    answer = "".join(e["delta"] for e in events if e["channel"] == "answer")
+    assert answer.startswith("(The full assistant is unavailable right now") and "[1]" in answer
+    assert attempts.outcomes == ["ok", "first_token_timeout"]  # the summary did not wait for the model again
