@@ -13,7 +13,7 @@ from rag.deps import PipelineDeps
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
 from rag.offline.planner_rules import FORM_INTENTS
-from rag.offline.terms import overlap, query_terms, text_terms
+from rag.offline.terms import overlap, query_characters, query_terms, text_terms
 from rag.state import PipelineState
 
 NAME = "retrieval_checker"
@@ -28,9 +28,12 @@ FALLBACK = "fallback"
 class RetrievalChecker:
     name = NAME
 
-    def __init__(self, *, min_score: float, min_overlap: float, max_loops: int, top_n: int) -> None:
+    def __init__(
+        self, *, min_score: float, min_overlap: float, max_loops: int, top_n: int, min_char_overlap: float = 0.0
+    ) -> None:
         self._min_score = min_score
         self._min_overlap = min_overlap
+        self._min_char_overlap = min_char_overlap
         self._max_loops = max_loops
         self._top_n = top_n
 
@@ -53,10 +56,16 @@ class RetrievalChecker:
         term_sets = [query_terms(state.normalized_question)]
         if state.search_query and state.search_query != state.normalized_question:
             term_sets.append(query_terms(state.search_query))
+        characters = query_characters(state.normalized_question) if self._min_char_overlap else set()
         # The top few, not only the first: fusion may rank a broadly similar chunk above the precise one.
         for chunk in chunks[: self._top_n]:
             have = text_terms(f"{chunk.title} {chunk.heading} {chunk.text}")
-            if any(overlap(wanted, have) >= self._min_overlap for wanted in term_sets):
+            found = max(overlap(wanted, have) for wanted in term_sets)
+            if found >= self._min_overlap:
+                return True
+            # A Chinese question in other words than the passage's: most of its characters are there, and some
+            # of its bigrams (the text's unigrams are among its terms)
+            if characters and found >= self._min_overlap / 2 and overlap(characters, have) >= self._min_char_overlap:
                 return True
         return False
 
@@ -68,6 +77,7 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> RetrievalChecker:
         # The deployment's bound caps the workflow's: a draft cannot make requests loop longer.
         max_loops=min(params["max_loops"], deps.config.max_retrieval_loops),
         top_n=params["top_n"],
+        min_char_overlap=params["min_char_overlap"],
     )
 
 
@@ -89,6 +99,14 @@ NODE_TYPE = NodeType(
         ),
         "max_loops": ParamSpec(
             "int", 2, "Retries before falling back; the retry edge's max_visits must allow as many", minimum=0
+        ),
+        "min_char_overlap": ParamSpec(
+            "float",
+            0.7,
+            "Chinese questions: share of their characters a top chunk holding half the overlap above must contain "
+            "(0: off)",
+            minimum=0,
+            maximum=1,
         ),
         "top_n": ParamSpec("int", 3, "How many top chunks the lexical check looks at", minimum=1, maximum=20),
     },

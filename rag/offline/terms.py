@@ -65,6 +65,12 @@ def query_terms(text: str) -> set[str]:
     return phrase_terms(content_phrases(text))
 
 
+def query_characters(text: str) -> set[str]:
+    """The Chinese characters of the question's content phrases: a paraphrase ("去掉頭" for "省去字頭") keeps
+    most of them while it breaks the bigrams."""
+    return {char for phrase in content_phrases(text) if _CJK_RUN_RE.fullmatch(phrase) for char in phrase}
+
+
 def text_terms(text: str) -> set[str]:
     """Every comparable term of a passage: Chinese unigrams and bigrams, stemmed words."""
     # The tokenizer's Latin tokens are [a-z0-9] only, so "is ASCII" tells them from CJK ones, and cheaply.

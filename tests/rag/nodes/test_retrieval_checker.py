@@ -55,3 +55,20 @@ async def test_any_form_is_enough_for_form_intents(intent, verdict):
 async def test_max_loops_zero_never_retries():
     state = make_state(normalized_question="How do I reset my password?", retrieved=[ENROL_EN])
     assert await checker(max_loops=0).run(state, make_writer()[0]) == "fallback"
+
+
+SANSKRIT = chunk(
+    "drcd#1",
+    "蘭札式字體，若把字頭去除，便會是瓦德體，為常見的書寫方式，如下。",
+    title="梵文",
+)
+
+
+async def test_a_chinese_question_in_other_words_counts_when_most_of_its_characters_are_there():
+    # "如果去掉頭會是" against "若把字頭去除，便會是": 3 of 11 bigrams shared, 10 of 12 characters
+    state = make_state(normalized_question="蘭札體如果去掉頭會是什麼書寫體？", retrieved=[SANSKRIT], loops=2)
+    assert await checker().run(state, make_writer()[0]) == "fallback"  # bigrams alone: not enough
+    paraphrase_aware = RetrievalChecker(min_score=0.0, min_overlap=0.4, max_loops=2, top_n=3, min_char_overlap=0.7)
+    assert await paraphrase_aware.run(state, make_writer()[0]) == "relevant"
+    unrelated = make_state(normalized_question="如何重設密碼？", retrieved=[SANSKRIT], loops=2)
+    assert await paraphrase_aware.run(unrelated, make_writer()[0]) == "fallback"
