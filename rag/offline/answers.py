@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from rag.offline import messages
-from rag.offline.passages import Block, Sentence, answer_sentences
+from rag.offline.passages import Block, Sentence, announces_list, answer_sentences
 from rag.offline.procedures import Procedure, find_procedure
 from rag.offline.terms import query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
@@ -111,8 +111,8 @@ def extractive_answer(
         for position, line in enumerate(answer_sentences(chunk)):
             sentence = line.text
             title_hits = len(about | (wanted & text_terms(line.section))) if line.section else len(about)
-            if sentence.endswith((":", "：")) and not line.items:
-                continue  # introduces a list that is not in the passage
+            if not line.items and announces_list(sentence):
+                continue  # "check the following in order": what follows is not in the passage (other sections)
             hits = len(wanted & text_terms(sentence))
             if not hits:
                 continue
@@ -140,7 +140,7 @@ def extractive_answer(
         for position, line in enumerate(answer_sentences(articles[lead])):
             if len(chosen) >= min_sentences:
                 break
-            if line.text not in seen_text and (line.items or not line.text.endswith((":", "："))):
+            if line.text not in seen_text and (line.items or not announces_list(line.text)):
                 seen_text.add(line.text)
                 seen_text.update(_item_sentences(line))
                 chosen[(lead, position)] = line

@@ -27,7 +27,11 @@ _NEVER_HEADING = ("|", "#", "---", ">", "![")  # table rows, Markdown headings, 
 # without closing punctuation is text someone did not punctuate, not a heading.
 _MAX_HEADING_UNITS = 20
 # a sentence that says a list follows although it ends like any other: "請依下列順序檢查。", "as follows."
-_ANNOUNCE_RE = re.compile(r"下列|以下|如下|the following|as follows|these steps", re.IGNORECASE)
+_ANNOUNCE_RE = re.compile(
+    r"下列|如下|以下(?:的|幾|各|方式|步驟|程序|順序|情形|條件|項目|說明|文件|資料)|"
+    r"the following(?! (?:day|week|month|year|morning|evening))|as follows|these steps",
+    re.IGNORECASE,
+)
 _CJK_CHARS = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _CJK_END_RE = re.compile(f"[{_CJK_CHARS}]$")
 _CJK_START_RE = re.compile(f"[{_CJK_CHARS}]")

@@ -102,3 +102,19 @@ def test_only_cited_sources_are_listed() -> None:
     assert result is not None
     cited = {int(ref) for ref in re.findall(r"\[(\d+)\]", answers.answer_body(result.text))}
     assert {source.ref for source in result.sources} == cited
+
+
+def test_a_sentence_announcing_a_list_that_is_not_there_is_left_out() -> None:
+    # "check the following in order" announces the steps of the next sections, which are other chunks
+    chunks = demo_chunks("en-hours-missing.md")
+    body = body_of("My hours are missing, what should I do?", chunks, "en")
+    assert "check the following in order" not in body
+    assert body.strip()
+
+
+def test_a_sentence_that_only_mentions_an_age_limit_is_no_announcement() -> None:
+    from rag.offline.passages import announces_list
+
+    assert announces_list("請依下列順序檢查。") and announces_list("Check the following in order.")
+    assert not announces_list("未滿 18 歲以下者須由家長同意。")
+    assert not announces_list("Hours are uploaded on the following day.")
