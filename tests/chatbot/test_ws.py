@@ -310,8 +310,9 @@ async def test_closing_the_socket_mid_answer_frees_the_llm_slot_and_the_upstream
 
 
 async def test_no_llm_slot_within_the_acquire_timeout_ends_the_answer_with_busy_and_counts_the_timeouts(
-    llm_app: LLMApp, app_sim: SimulatorProcess
+    llm_app: LLMApp, app_sim: SimulatorProcess, settings: Any
 ) -> None:
+    settings.RAG_DEGRADED_ANSWERS = False  # with it on, the answer comes from the passages (test_sse)
     manager = await llm_app(limit_chat=1, acquire_timeout=0.2)
     await app_sim.afaults(fail_next=STALLED_ANSWER)
     holder = await asked_and_streaming("How do I reset my password?")  # holds the one chat slot

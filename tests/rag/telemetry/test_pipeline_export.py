@@ -51,6 +51,7 @@ async def server_runtime(
     settings.LLM_RETRY_MAX_ATTEMPTS = 3
     settings.LLM_RETRY_BASE_SECONDS = 0.01
     settings.LLM_RETRY_MAX_SECONDS = 0.05
+    settings.RAG_DEGRADED_ANSWERS = False  # a failed answer ends the trace with its error, as these tests follow
     settings.LANGFUSE_PUBLIC_KEY = f"pk-lf-pipeline-{uuid.uuid4().hex[:8]}"
     settings.LANGFUSE_SECRET_KEY = "sk-lf-pipeline"
     settings.LANGFUSE_HOST = capture_server.url
