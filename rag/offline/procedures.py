@@ -63,6 +63,9 @@ def find_procedure(question: str, chunks: list[RetrievedChunk]) -> Procedure | N
         # an article titled with the question's words is about it; one that mentions them in a step is not
         about = len(wanted & text_terms(f"{chunk.title} {chunk.heading}")) / len(wanted)
         score = (found + about) / (1 + _RANK_PENALTY * rank)
+        # another article's steps answer the question only when it is about it ("加入候補" steps mention 取消報名)
+        if chunk.doc_id != chunks[0].doc_id and about < _MIN_OVERLAP:
+            continue
         if found >= _MIN_OVERLAP and (best is None or score > best[0]):
             best = (score, chunk, blocks, steps_at)
     if best is None:
@@ -72,8 +75,8 @@ def find_procedure(question: str, chunks: list[RetrievedChunk]) -> Procedure | N
     lead = tuple(b for b in blocks[:steps_at] if b.kind == "paragraph" and b.section in ("", steps.section))
     after: list[Block] = []
     for block in blocks[steps_at + 1 :]:
-        if block.section != steps.section or len(after) == _TRAILING_BLOCKS:
-            break
+        if block.section != steps.section or len(after) == _TRAILING_BLOCKS or _is_table(block):
+            break  # a table after the steps is reference matter, not one of their conditions
         after.append(block)
     return Procedure(chunk, lead[-2:], steps, tuple(after), _subsections(chunk, chunks))
 
@@ -86,7 +89,14 @@ def _subsections(parent: RetrievedChunk, chunks: list[RetrievedChunk]) -> tuple[
     prefix = parent.heading + _SEPARATOR
     below = [c for c in chunks if c.doc_id == parent.doc_id and c.heading.startswith(prefix) and c is not parent]
     below.sort(key=lambda c: _ordinal(c.chunk_id))
-    return tuple((c, tuple(passage_blocks(c.text, title=c.title, heading=c.heading))) for c in below)
+    return tuple(
+        (c, tuple(b for b in passage_blocks(c.text, title=c.title, heading=c.heading) if not _is_table(b)))
+        for c in below
+    )
+
+
+def _is_table(block: Block) -> bool:
+    return block.kind == "paragraph" and block.texts[0].startswith("|")
 
 
 def _ordinal(chunk_id: str) -> int:

@@ -128,3 +128,21 @@ def test_a_sentence_that_only_mentions_an_age_limit_is_no_announcement() -> None
     assert announces_list("請依下列順序檢查。") and announces_list("Check the following in order.")
     assert not announces_list("未滿 18 歲以下者須由家長同意。")
     assert not announces_list("Hours are uploaded on the following day.")
+
+
+def test_another_articles_steps_do_not_answer_a_question_they_only_mention() -> None:
+    # the waiting list's "加入候補" steps say 取消報名 in passing; the withdrawal article answers
+    chunks = demo_chunks("zh-withdrawal.md")[1:2] + demo_chunks("zh-waiting-list.md")
+    body = body_of("怎麼取消報名？", chunks, "zh-hant")
+    assert "加入候補" not in body
+    assert "自行取消報名" in body
+
+
+def test_a_table_after_the_steps_is_not_quoted_row_by_row() -> None:
+    chunks = demo_chunks("zh-enrolment.md")
+    # ranked as the demo index ranks them: the classroom courses' steps first, the status table under them next
+    chunks.sort(key=lambda c: 0 if "機關薦派" in c.text else 1 if "|" in c.text else 2)
+    body = body_of("如何報名課程？", chunks, "zh-hant")
+    assert "機關薦派" in body
+    assert re.search(r"^1\. ", body, flags=re.MULTILINE)
+    assert "[1]。" not in body.splitlines() and "；意義" not in body and "|" not in body
