@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -243,8 +244,9 @@ async def _until(check: Callable[[], bool], within: float = 20.0) -> None:
 
 
 async def test_a_busy_llm_is_429_with_retry_after_before_the_stream_starts(
-    chat_key: CreatedKey, llm_app: LLMApp, app_sim: SimulatorProcess
+    chat_key: CreatedKey, llm_app: LLMApp, app_sim: SimulatorProcess, settings: Any
 ) -> None:
+    settings.RAG_DEGRADED_ANSWERS = False  # with it on, the refused answer comes from the passages, as a 200
     manager = await llm_app(limit_chat=1, max_waiters=0)
     await app_sim.afaults(fail_next=STALLED_ANSWER)
     holder = await api_start(COMPLETIONS, completion_body(stream=True), secret=chat_key.secret)
