@@ -54,6 +54,9 @@ class AskInput:
     history: tuple[Turn, ...] | None = None
     # Whether the pipeline's per-client rate limit applies (False: the caller limited it already, e.g. by API key).
     client_rate_limited: bool = True
+    # Whether a failed answer LLM may give a degraded answer from the passages (the chat page) or must end with its
+    # error (the OpenAI API, whose clients retry on 429/503/504).
+    degraded_allowed: bool = True
 
 
 def ask_input_parse(payload: Any, *, backend: str | None, client_id: str) -> AskInput:
@@ -212,6 +215,7 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
             client_id=ask.client_id if ask.client_rate_limited else "",
             history=context.history,
             summary=context.summary,
+            degraded_allowed=ask.degraded_allowed,
         )
     )
     return ChatExchange(ask, run, conversation_id=context.conversation_id)

@@ -37,6 +37,7 @@ class AskRequest:
     client_id: str = ""
     history: tuple[Turn, ...] = ()
     summary: str = ""
+    degraded_allowed: bool = True  # False: a failed answer LLM ends the request with its error, never degraded
 
 
 def _error_code_of(exc: BaseException) -> tuple[str, str, float | None]:
@@ -259,6 +260,7 @@ class PipelineRuntime:
             client_id=request.client_id,
             history=list(request.history),
             summary=request.summary,
+            degraded_allowed=request.degraded_allowed,
             producer=self.producer(request.backend, graph.fingerprint, deps),
         )
         return PipelineRun(

@@ -134,6 +134,8 @@ class PipelineState:
     usage: Usage = field(default_factory=Usage)
     # answered from the passages alone because the answer LLM failed for good (never cached, flagged to the client)
     degraded: bool = False
+    # whether this request may be answered degraded at all (an API client wants the error, to retry as it does)
+    degraded_allowed: bool = True
     # --- outcome ---
     error: PipelineError | None = None
     trace_id: str = ""

@@ -71,6 +71,8 @@ def completion_request_parse(payload: dict[str, Any], *, client_id: str) -> Comp
         client_id=client_id,
         history=history,
         client_rate_limited=False,
+        # never degraded: an API client gets 429/503/504 and retries, as OpenAI clients do
+        degraded_allowed=False,
     )
     return CompletionRequest(model=model, ask=ask, stream=bool(stream), include_usage=include_usage)
 

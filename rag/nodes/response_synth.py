@@ -166,7 +166,7 @@ class ResponseSynth:
         except (UpstreamError, UpstreamTimeout, Busy) as exc:
             # Failed for good (the call policy's retries are spent). Nothing said yet and passages in hand: answer
             # from them rather than with an error.
-            if not (self._degraded and task == ANSWER and state.retrieved and not streamed):
+            if not (self._degraded and state.degraded_allowed and task == ANSWER and state.retrieved and not streamed):
                 raise
             await self._degraded_answer(state, writer, exc)
             return
