@@ -36,6 +36,11 @@ application = WorkerTasksMiddleware(
 
 from django.conf import settings  # noqa: E402
 
+from chatbot.drain import install_under_daphne  # noqa: E402
+
+# SIGTERM drains the answers running here before daphne stops (chatbot.drain); daphne's own handling would cut them.
+install_under_daphne(settings.SHUTDOWN_DRAIN_SECONDS)
+
 if settings.RAG_PRELOAD:
     # Open the store and load its replica at start-up, so the first question does not wait for it.
     from rag.wiring import warm_up

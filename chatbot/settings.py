@@ -231,6 +231,10 @@ RAG_WORKFLOW_SYNC = env_bool("RAG_WORKFLOW_SYNC", True)
 CHAT_STREAM_RETENTION_SECONDS = env_float("CHAT_STREAM_RETENTION_SECONDS", 300.0, minimum=1.0)
 CHAT_STREAM_MAX_EVENTS = env_int("CHAT_STREAM_MAX_EVENTS", 10000, minimum=10)
 CHAT_STREAM_MAX_STREAMS = env_int("CHAT_STREAM_MAX_STREAMS", 1000, minimum=1)
+# On SIGTERM a worker stops taking new answers and gives the running ones this long to finish before it ends
+# them with `unavailable` and exits (about a second later). Keep it below the stop timeout of what runs the
+# worker (systemd TimeoutStopSec, Kubernetes terminationGracePeriodSeconds, docker stop -t): see the README.
+SHUTDOWN_DRAIN_SECONDS = env_float("SHUTDOWN_DRAIN_SECONDS", 25.0, minimum=0.0, maximum=3600.0)
 # Run index and backfill jobs in this process (the one that owns the store). Default: RAG_PRELOAD.
 RAG_JOB_RUNNER = env_bool("RAG_JOB_RUNNER", RAG_PRELOAD)
 

@@ -122,6 +122,10 @@ class ChatExchange:
     def cancel(self) -> None:
         self.run.cancel("cancelled by the client")
 
+    def interrupt(self, code: str, message: str, **payload: Any) -> None:
+        """Stop the answer for a reason of the server's; its terminal event is the `error` `code`."""
+        self.run.cancel(message, code=code, **payload)
+
     async def events(self) -> AsyncGenerator[Event, None]:
         request_token = request_id_var.set(self.request_id)
         conversation_token = conversation_id_var.set(self.conversation_id)

@@ -72,6 +72,8 @@ class PipelineRun:
         self._stream_timeout = stream_timeout
         self._idle_timeout = idle_timeout
         self._cancel_reason = ""
+        self._cancel_code = "cancelled"
+        self._cancel_payload: dict[str, Any] = {}
         self._telemetry = telemetry
         self._task: asyncio.Task[None] | None = None
 
@@ -88,13 +90,15 @@ class PipelineRun:
     def done(self) -> bool:
         return self._task is not None and self._task.done()
 
-    def cancel(self, reason: str = "the request was cancelled") -> None:
+    def cancel(self, reason: str = "the request was cancelled", *, code: str = "cancelled", **payload: Any) -> None:
+        """Stop the run; its terminal event is the `error` `code` (default `cancelled`) with `reason` and `payload`
+        (a worker that stops ends its answers with `unavailable` and a `retry_after`)."""
         if self._task is not None and not self._task.done():
-            self._cancel_reason = reason
+            self._cancel_reason, self._cancel_code, self._cancel_payload = reason, code, payload
             self._task.cancel()
             # A task cancelled before it first ran never enters `_main`: close the stream for it (a second
             # terminal is ignored, so this is harmless when `_main` did write one).
-            self._task.add_done_callback(lambda _task: self.writer.fail("cancelled", reason))
+            self._task.add_done_callback(lambda _task: self.writer.fail(code, reason, **payload))
 
     async def wait(self, max_wait: float = 5.0) -> None:
         """Wait for the task to end (after a cancel, for example), at most `max_wait` seconds."""
@@ -127,7 +131,7 @@ class PipelineRun:
                 async with asyncio.timeout(self._stream_timeout):
                     await self.graph.run(state, writer, observer=observer)
         except asyncio.CancelledError:
-            writer.fail("cancelled", self._cancel_reason or "the request was cancelled")
+            writer.fail(self._cancel_code, self._cancel_reason or "the request was cancelled", **self._cancel_payload)
             self.finished = time.monotonic()
             if telemetry is not None:
                 telemetry.finish(state)

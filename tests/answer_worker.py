@@ -6,16 +6,23 @@ simulator's URL, Redis when given) and yields the environment to start `tests.da
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import shutil
+import signal
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from concurrency.simulator.testing import SimulatorProcess
-from tests.daphne_workers import PROJECT_DIR, manage, shared_database
+from tests.daphne_workers import PROJECT_DIR, Worker, manage, shared_database
+from tests.stream_clients import Answer, asse_ask, ws_ask
 
 DEMO = PROJECT_DIR / "rag" / "corpus" / "demo"
 
@@ -83,3 +90,89 @@ def _delete_keys(url: str, prefix: str) -> None:
         for key in client.scan_iter(f"{prefix}*"):
             client.delete(key)
     client.close()
+
+
+# --- streams through a SIGTERM -----------------------------------------------------------------------------------
+
+
+@dataclass
+class SigtermRun:
+    """What the clients of a worker saw when it got SIGTERM with answers streaming."""
+
+    answers: list[Answer]  # the live streams: SSE ones first, then WebSocket ones
+    refused_sse: Answer  # a new SSE ask sent after the signal
+    refused_ws: Answer  # a new WebSocket ask sent after the signal
+    exit_seconds: float | None  # from the signal to the process's end (None: still running)
+    exit_code: int | None
+
+
+def _refusal_failed(exc: BaseException) -> Answer:
+    # The worker may be gone already (the drain had nothing left to wait for): the proxy's next try goes elsewhere.
+    return Answer(status=0, error=repr(exc))
+
+
+async def streams_through_sigterm(
+    worker: Worker, *, sse: int, ws: int, question: str, exit_within: float, read_seconds: float = 120.0
+) -> SigtermRun:
+    """Start `sse` + `ws` answers, send SIGTERM once each has streamed part of its answer, ask once more over each
+    transport, and collect everything until the streams end and the process exits (or `exit_within` passes)."""
+    total = sse + ws
+    streaming: set[int] = set()
+    all_streaming = asyncio.Event()
+
+    def watcher(index: int) -> Callable[[dict[str, Any]], None]:
+        def on_event(event: dict[str, Any]) -> None:
+            if event.get("channel") == "answer":
+                streaming.add(index)
+                if len(streaming) == total:
+                    all_streaming.set()
+
+        return on_event
+
+    tasks = [
+        asyncio.ensure_future(
+            asse_ask(worker.url, question, read_seconds=read_seconds, on_event=watcher(i))
+            if i < sse
+            else ws_ask(worker.url, question, within=read_seconds, linger=exit_within, on_event=watcher(i))
+        )
+        for i in range(total)
+    ]
+    try:
+        async with asyncio.timeout(read_seconds):
+            await all_streaming.wait()
+    except TimeoutError:
+        for task in tasks:
+            task.cancel()
+        started = len(streaming)
+        raise AssertionError(f"only {started} of {total} answers started streaming:\n{worker.output()}") from None
+    signalled = time.monotonic()
+    worker.process.send_signal(signal.SIGTERM)
+    exited = asyncio.ensure_future(_exit_time(worker, signalled, exit_within))
+    await asyncio.sleep(0.2)  # the loop takes the signal between two steps
+    try:
+        refused_sse = await asse_ask(worker.url, question, read_seconds=10)
+    except Exception as exc:
+        refused_sse = _refusal_failed(exc)
+    refused_ws = await ws_ask(worker.url, question, within=10)
+    answers = list(await asyncio.gather(*tasks))
+    exit_seconds = await exited
+    return SigtermRun(answers, refused_sse, refused_ws, exit_seconds, worker.process.poll())
+
+
+async def _exit_time(worker: Worker, signalled: float, within: float) -> float | None:
+    while time.monotonic() - signalled < within:
+        if worker.process.poll() is not None:
+            return time.monotonic() - signalled
+        await asyncio.sleep(0.02)
+    return None
+
+
+def recorded_exchanges(env: dict[str, str], request_ids: list[str]) -> dict[str, str]:
+    """The recorded answers among `request_ids`, read from the workers' database: request id -> status/code."""
+    code = (
+        "import json, sys; from chatbot.models import Message; "
+        f"rows = Message.objects.filter(role='assistant', request_id__in={request_ids!r}); "
+        "print(json.dumps({m.request_id: f'{m.status}/{m.error_code}' for m in rows}))"
+    )
+    output = manage(env, "shell", "-c", code)
+    return dict(json.loads(output.strip().splitlines()[-1]))

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,8 +75,16 @@ def sse_ask(base_url: str, question: str, *, read_seconds: float = 120.0, path: 
     return answer
 
 
-async def asse_ask(base_url: str, question: str, *, read_seconds: float = 120.0, path: str = SSE_CHAT) -> Answer:
-    """`sse_ask` for async callers (many streams at once); `read_seconds` bounds each read."""
+async def asse_ask(
+    base_url: str,
+    question: str,
+    *,
+    read_seconds: float = 120.0,
+    path: str = SSE_CHAT,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> Answer:
+    """`sse_ask` for async callers (many streams at once); `read_seconds` bounds each read, `on_event` sees each
+    event as it arrives."""
     timeouts = httpx.Timeout(read_seconds, connect=5.0)
     async with (
         httpx.AsyncClient(timeout=timeouts) as client,
@@ -89,6 +98,8 @@ async def asse_ask(base_url: str, question: str, *, read_seconds: float = 120.0,
             async for line in response.aiter_lines():
                 if line.startswith("data: "):
                     answer.events.append(json.loads(line[6:]))
+                    if on_event is not None:
+                        on_event(answer.events[-1])
         except httpx.HTTPError as exc:
             answer.error = repr(exc)
     return answer
@@ -171,8 +182,17 @@ class WebSocketClient:
             await self.writer.wait_closed()
 
 
-async def ws_ask(base_url: str, question: str, *, within: float = 120.0) -> Answer:
-    """Ask over `ws/chat/` and read events until the terminal one, the server's close, or `within` seconds."""
+async def ws_ask(
+    base_url: str,
+    question: str,
+    *,
+    within: float = 120.0,
+    linger: float = 0.2,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> Answer:
+    """Ask over `ws/chat/` and read events until the terminal one, the server's close, or `within` seconds;
+    after the terminal event, whatever comes within `linger` seconds (more events, the server's close).
+    `on_event` sees each event as it arrives."""
     answer = Answer(status=101)
     url = base_url.replace("http://", "ws://", 1) + WS_CHAT
     try:
@@ -185,12 +205,14 @@ async def ws_ask(base_url: str, question: str, *, within: float = 120.0) -> Answ
         async with asyncio.timeout(within):
             while (event := await socket.receive_json()) is not None:
                 answer.events.append(event)
+                if on_event is not None:
+                    on_event(event)
                 if event.get("channel") in TERMINAL:
                     break
             if answer.terminal is not None:
                 # whatever the server sends after the terminal (nothing, or its close) within a moment
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(0.2):
+                    async with asyncio.timeout(linger):
                         while (event := await socket.receive_json()) is not None:
                             answer.events.append(event)
     except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from chatbot import drain
 from chatbot.cancel import cancel_listen
 from chatbot.replay import LiveStream, stream_registry
 from chatbot.streaming import ChatExchange, transport_error_event
@@ -19,6 +20,9 @@ def stream_open(exchange: ChatExchange, *, on_disconnect: str) -> LiveStream:
     """Relay an exchange's events (`chatbot.replay`) and let a cancel from any worker reach it (`chatbot.cancel`)."""
     stream = stream_registry().open(exchange, on_disconnect=on_disconnect)
     cancel_listen(stream)
+    if drain.window_closed():
+        # Asked just before the drain began and opened just after its window closed: it ends at once.
+        stream.interrupt(drain.UNAVAILABLE, drain.INTERRUPTED_MESSAGE, **drain.interrupt_payload())
     return stream
 
 

@@ -35,7 +35,7 @@ from asgiref.typing import HTTPDisconnectEvent
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
-from chatbot import security
+from chatbot import drain, lifecycle, security
 from chatbot.cancel import Outcome, cancel_run
 from chatbot.consumers.common import event_json, retry_after_seconds, stream_open, transport_error_event
 from chatbot.replay import LiveStream, ResumeRefused, stream_registry
@@ -156,6 +156,17 @@ class _StreamingHttpConsumer(AsyncHttpConsumer):
     ) -> None:
         await self._send_json(status, {"error": {"code": code, "message": message, **extra}}, extra_headers)
 
+    async def _send_unavailable(self) -> None:
+        """503 + Retry-After: this worker is draining; a proxy (or the client) asks another one."""
+        seconds = lifecycle.retry_after_seconds()
+        await self._send_json_error(
+            503,
+            drain.UNAVAILABLE,
+            drain.REFUSED_MESSAGE,
+            extra_headers=[(b"retry-after", str(seconds).encode("ascii"))],
+            retry_after=seconds,
+        )
+
     async def _send_json(self, status: int, content: Any, extra_headers: list[Header] | None = None) -> None:
         headers = [(b"content-type", b"application/json"), *self._base_headers(), *(extra_headers or [])]
         await self.send_response(status, json.dumps(content, ensure_ascii=False).encode(), headers=headers)
@@ -178,6 +189,10 @@ class AskStreamConsumer(_StreamingHttpConsumer):
         self.backend = backend
 
     async def _respond(self, body: bytes) -> None:
+        if lifecycle.is_draining():
+            await self._send_unavailable()
+            return
+        drain.transport_started()
         try:
             ask = self._parse(body)
             exchange = await exchange_open(ask)
@@ -214,6 +229,10 @@ class StreamResumeConsumer(_StreamingHttpConsumer):
 
     async def _respond(self, body: bytes) -> None:
         request_id = self._request_id()
+        if lifecycle.is_draining() and not _runs_here(request_id):
+            await self._send_unavailable()  # another worker serves it from Redis, and will still be there
+            return
+        drain.transport_started()
         try:
             after_seq = self._last_event_id()
             resumption = await stream_registry().resume(request_id, client_id=self.client_id, after_seq=after_seq)
@@ -235,6 +254,11 @@ class StreamResumeConsumer(_StreamingHttpConsumer):
         if not value.isdigit():
             raise ResumeRefused(400, f"Last-Event-ID must be the seq of the last event received, not {value!r}")
         return int(value)
+
+
+def _runs_here(request_id: str) -> bool:
+    stream = stream_registry().local(request_id)
+    return stream is not None and stream.running
 
 
 class StreamCancelConsumer(_StreamingHttpConsumer):
@@ -311,6 +335,10 @@ class _EventStream:
                         ended = True
                         break
             await consumer.send_body(b"", more_body=False)
+        except asyncio.CancelledError:
+            if not ended and drain.window_closed():
+                await self._send_unavailable()  # the worker stops: the stream still ends with a terminal event
+            raise
         except Exception as exc:
             # Reading the stream failed (e.g. Redis went away mid-resume): it still ends with one terminal event.
             logger.exception("SSE stream %s failed", self.request_id)
@@ -328,6 +356,15 @@ class _EventStream:
                 # The connection went away (or sending failed) before the terminal event: the request's
                 # disconnect policy decides whether its answer stops now or finishes for a resume.
                 self.stream.transport_lost()
+
+    async def _send_unavailable(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.committed:
+                event = drain.unavailable_event(request_id=self.request_id, after_seq=self.last_seq)
+                await asyncio.wait_for(self.consumer.send_body(sse_frame(event), more_body=False), 1.0)
+            else:
+                self.committed = True
+                await asyncio.wait_for(self.consumer._send_unavailable(), 1.0)
 
     async def _commit_later(self) -> None:
         await asyncio.sleep(self.hold_seconds)

@@ -31,7 +31,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from chatbot import security
+from chatbot import drain, lifecycle, security
 from chatbot.cancel import Outcome, cancel_elsewhere_later, request_id_valid
 from chatbot.consumers.common import event_json, stream_open, transport_error_event
 from chatbot.replay import LiveStream, ResumeRefused, stream_registry
@@ -60,8 +60,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         # the life of the socket (daphne cannot set a cookie on a WebSocket accept).
         self.client_id, _is_new = security.client_id_from_scope(self.scope)
         await self.accept()
+        if lifecycle.is_draining():
+            await self.close(code=drain.WS_SERVICE_RESTART)  # reconnect (through the proxy) to another worker
+            return
+        drain.socket_opened(self)
 
     async def disconnect(self, code: int) -> None:
+        drain.socket_closed(self)
         task = self._task
         if task is not None and not task.done():
             task.cancel()  # its `finally` applies the stream's disconnect policy
@@ -105,8 +110,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         )
         return True
 
+    async def _refuse_if_draining(self, request_id: str = "") -> bool:
+        """While the worker drains: a terminal `unavailable` (with `retry_after`), then close 1012 so the client
+        reconnects elsewhere (unless an answer is still streaming here: the drain closes the socket after it)."""
+        if not lifecycle.is_draining():
+            return False
+        await self.send_json(drain.unavailable_event(request_id=request_id or None))
+        if self._task is None or self._task.done():
+            await self.close(code=drain.WS_SERVICE_RESTART)
+        return True
+
     async def _ask(self, content: dict[str, Any]) -> None:
-        if await self._refuse_if_busy():
+        if await self._refuse_if_draining() or await self._refuse_if_busy():
             return
         try:
             ask = ask_input_parse(content, backend=None, client_id=self.client_id)
@@ -128,6 +143,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         if isinstance(last_seq, bool) or not isinstance(last_seq, int) or last_seq < 0:
             await self._refuse(f"'last_seq' must be a whole number >= 0, not {last_seq!r}")
+            return
+        local = stream_registry().local(request_id)
+        # A stream running here is served to its end; one of another worker is read there, not here.
+        if (local is None or not local.running) and await self._refuse_if_draining():
             return
         self._begin(request_id)
         self._task = asyncio.create_task(self._replay(request_id, last_seq), name="ws-resume")
@@ -160,6 +179,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # --- outgoing -----------------------------------------------------------------------------------------
 
     async def _answer(self, ask: AskInput) -> None:
+        drain.transport_started()
         try:
             exchange = await exchange_open(ask)
         except BadRequest as exc:
@@ -176,6 +196,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self._forward(stream.request_id, stream.tail(0), stream, after_seq=0)
 
     async def _replay(self, request_id: str, last_seq: int) -> None:
+        drain.transport_started()
         try:
             resumption = await stream_registry().resume(request_id, client_id=self.client_id, after_seq=last_seq)
         except ResumeRefused as exc:
@@ -204,6 +225,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                     if event["channel"] in TERMINAL_CHANNELS:
                         ended = True
                         break
+        except asyncio.CancelledError:
+            if not ended and drain.window_closed():
+                # The worker stops: the stream still ends with a terminal event.
+                with contextlib.suppress(Exception):
+                    event = drain.unavailable_event(request_id=request_id, after_seq=last_seq)
+                    await asyncio.wait_for(self.send_json(event), 1.0)
+            raise
         except Exception as exc:
             # Reading the stream failed (e.g. Redis went away mid-resume): the client still gets its terminal.
             logger.exception("WebSocket stream %s failed", request_id)

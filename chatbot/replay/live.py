@@ -55,7 +55,8 @@ class LiveStream:
         self._wake = asyncio.Event()
         self._ended = asyncio.Event()  # set with the terminal event
         self._exchange: ChatExchange | None = None
-        self._cancel_pending = False
+        # A stop asked for before the run's first event, applied with it: (code, message, payload) of the terminal.
+        self._stop_pending: tuple[str, str, dict[str, Any]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- the producer side ------------------------------------------------------------------------------------
@@ -84,9 +85,9 @@ class LiveStream:
             self.terminal = event
             self.finished_at = time.monotonic()
             self._ended.set()
-        elif self._cancel_pending and self._exchange is not None:
-            self._cancel_pending = False
-            self._exchange.cancel()
+        elif self._stop_pending is not None and self._exchange is not None:
+            pending, self._stop_pending = self._stop_pending, None
+            self._stop_now(*pending)
         wake, self._wake = self._wake, asyncio.Event()
         wake.set()
 
@@ -150,14 +151,28 @@ class LiveStream:
 
     def cancel(self) -> None:
         """Stop the answer; its stream then ends with the terminal `error` `cancelled`."""
+        self._stop("cancelled", "", {})
+
+    def interrupt(self, code: str, message: str, **payload: Any) -> None:
+        """Stop the answer for a reason of the server's: its stream ends with the terminal `error` `code`."""
+        self._stop(code, message, payload)
+
+    def _stop(self, code: str, message: str, payload: dict[str, Any]) -> None:
         if self.terminal is not None or self._exchange is None:
             return
         if self.last_seq == 0:
             # The run's task may not have taken its first step: a task cancelled that early never reaches its own
-            # `except CancelledError`, so the cancel waits for the first event (emitted at once).
-            self._cancel_pending = True
+            # `except CancelledError`, so the stop waits for the first event (emitted at once).
+            self._stop_pending = (code, message, payload)
         else:
+            self._stop_now(code, message, payload)
+
+    def _stop_now(self, code: str, message: str, payload: dict[str, Any]) -> None:
+        assert self._exchange is not None
+        if code == "cancelled":
             self._exchange.cancel()
+        else:
+            self._exchange.interrupt(code, message, **payload)
 
     def transport_lost(self) -> None:
         """A transport stopped reading before the terminal event: apply the request's disconnect policy."""

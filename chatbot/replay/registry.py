@@ -71,6 +71,10 @@ class StreamRegistry:
         self._sweep()
         return self._streams.get(request_id)
 
+    def running(self) -> list[LiveStream]:
+        """This process's streams that have not ended yet."""
+        return [stream for stream in self._streams.values() if stream.running]
+
     def _kept_for(self, stream: LiveStream) -> float:
         if self.store is None or stream.mirror_failed or stream.mirrored_seq < stream.last_seq:
             return self.retention_seconds

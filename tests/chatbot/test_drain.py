@@ -1,0 +1,179 @@
+"""Draining a worker (chatbot.drain), in process: new asks refused so a proxy retries elsewhere, live answers
+finish within the window, whatever is left ends with a terminal `unavailable` (with `retry_after`) and is recorded.
+
+The signal handling under daphne and the process's exit are tested with real daphne processes
+(tests/chatbot/test_drain_daphne.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from chatbot import drain, lifecycle, replay
+from chatbot.models import Message
+from rag.events import StreamWriter
+from tests.chatbot.helpers import (
+    EVENT_TIMEOUT,
+    FIRST_EVENT_TIMEOUT,
+    JSON_CONTENT,
+    ask_body,
+    parse_sse,
+    sse_request,
+    sse_start,
+    sse_until_answer_delta,
+    ws_communicator,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STREAM_CHAT = "/api/v1/rag/ask/stream_chat"
+QUESTION = "How do I reset my password?"
+
+
+@pytest.fixture(autouse=True)
+def serving() -> Iterator[None]:
+    replay.stream_registry_reset()
+    drain.reset_for_tests()
+    yield
+    drain.reset_for_tests()
+    replay.stream_registry_reset()
+
+
+@pytest.fixture
+def answer_deltas_apart(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """Answer deltas `gap[0]` seconds apart (set by the test), so an answer is still streaming when it drains."""
+    gap = [0.02]
+    real_answer = StreamWriter.answer
+
+    async def answer(self: StreamWriter, node: str, delta: str) -> None:
+        await asyncio.sleep(gap[0])
+        await real_answer(self, node, delta)
+
+    monkeypatch.setattr(StreamWriter, "answer", answer)
+    yield gap
+
+
+def cookie() -> tuple[bytes, bytes]:
+    return (b"cookie", f"hc_client={uuid.uuid4().hex}".encode())
+
+
+async def sse_rest(communicator: Any) -> bytes:
+    body = b""
+    while True:
+        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return body
+
+
+def assert_whole(events: list[dict[str, Any]]) -> None:
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e for e in events if e["channel"] in ("meta_summary", "error")] == [events[-1]]
+
+
+async def recorded(request_id: str) -> Message:
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(Message.objects.get)(request_id=request_id, role="assistant")
+
+
+# --- refusals ----------------------------------------------------------------------------------------------------
+
+
+async def test_a_draining_worker_refuses_a_new_sse_ask_with_503_and_retry_after() -> None:
+    lifecycle.start_drain(30.0)
+    response = await sse_request(STREAM_CHAT, ask_body(QUESTION))
+    assert response.status == 503
+    assert response.headers["retry-after"] == "1"
+    error = response.json()["error"]
+    assert error["code"] == "unavailable" and error["retry_after"] == 1
+    assert "shutting down" in error["message"]
+
+
+async def test_a_draining_worker_closes_a_new_websocket_with_4012() -> None:
+    lifecycle.start_drain(30.0)
+    communicator = ws_communicator(cookie())
+    connected, _ = await communicator.connect()
+    assert connected  # accepted, then closed: a browser sees the close code, not a failed handshake
+    assert await communicator.receive_output(timeout=EVENT_TIMEOUT) == {"type": "websocket.close", "code": 4012}
+    await communicator.disconnect()
+
+
+async def test_an_ask_on_an_open_websocket_gets_unavailable_then_the_close() -> None:
+    communicator = ws_communicator(cookie())
+    assert (await communicator.connect())[0]
+    lifecycle.start_drain(30.0)
+    await communicator.send_json_to({"type": "ask", "question": QUESTION})
+    event = await communicator.receive_json_from(timeout=EVENT_TIMEOUT)
+    assert (event["channel"], event["code"], event["retry_after"], event["seq"]) == ("error", "unavailable", 1, 1)
+    assert await communicator.receive_output(timeout=EVENT_TIMEOUT) == {"type": "websocket.close", "code": 4012}
+    await communicator.disconnect()
+
+
+# --- live answers --------------------------------------------------------------------------------------------
+
+
+async def test_live_answers_finish_within_the_window_and_the_drain_ends_with_them(
+    answer_deltas_apart: list[float],
+) -> None:
+    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, cookie()])
+    first = await sse_until_answer_delta(sse)
+    ws = ws_communicator(cookie())
+    assert (await ws.connect())[0]
+    await ws.send_json_to({"type": "ask", "question": QUESTION})
+    ws_events = [await ws.receive_json_from(timeout=FIRST_EVENT_TIMEOUT)]
+
+    started = time.monotonic()
+    report, sse_body = await asyncio.gather(drain.drain(30.0), sse_rest(sse))
+    while ws_events[-1]["channel"] not in ("meta_summary", "error"):
+        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
+
+    # Both answers ran to their end, and the drain did not wait for the window once they had.
+    assert time.monotonic() - started < 10.0
+    assert (report.finished, report.interrupted, report.cancelled) == (2, 0, 0)
+    sse_events = [event for _id, event in parse_sse(first + sse_body)]
+    for events in (sse_events, ws_events):
+        assert_whole(events)
+        assert events[-1]["channel"] == "meta_summary"
+        assert (await recorded(events[0]["request_id"])).status == "ok"
+    # The socket is closed for the client to reconnect elsewhere.
+    assert await ws.receive_output(timeout=EVENT_TIMEOUT) == {"type": "websocket.close", "code": 4012}
+    await ws.disconnect()
+
+
+async def test_what_still_runs_when_the_window_closes_ends_with_unavailable_and_is_recorded(
+    answer_deltas_apart: list[float],
+) -> None:
+    answer_deltas_apart[0] = 0.5  # far longer than the window
+    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, cookie()])
+    first = await sse_until_answer_delta(sse)
+    ws = ws_communicator(cookie())
+    assert (await ws.connect())[0]
+    await ws.send_json_to({"type": "ask", "question": QUESTION})
+    ws_events = [await ws.receive_json_from(timeout=FIRST_EVENT_TIMEOUT)]
+    while ws_events[-1]["channel"] != "answer":
+        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
+
+    started = time.monotonic()
+    report, sse_body = await asyncio.gather(drain.drain(0.5), sse_rest(sse))
+    elapsed = time.monotonic() - started
+    while ws_events[-1]["channel"] not in ("meta_summary", "error"):
+        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
+
+    assert 0.5 <= elapsed < 0.5 + 2.0
+    assert report.interrupted == 2
+    sse_events = [event for _id, event in parse_sse(first + sse_body)]
+    for events in (sse_events, ws_events):
+        assert_whole(events)
+        terminal = events[-1]
+        assert (terminal["channel"], terminal["code"], terminal["retry_after"]) == ("error", "unavailable", 1)
+        message = await recorded(terminal["request_id"])
+        assert (message.status, message.error_code) == ("failed", "unavailable")
+    assert await ws.receive_output(timeout=EVENT_TIMEOUT) == {"type": "websocket.close", "code": 4012}
+    await ws.disconnect()
