@@ -8,6 +8,10 @@ answers 200 with the missed events (live until the terminal one), 204 when the c
 event (which also tells an EventSource to stop reconnecting), 403 for another client's request, 410 when the
 stream has expired (or was never seen), 400 for a `Last-Event-ID` that is not a seq of the stream.
 
+While the worker drains before it stops (`chatbot.drain`), an ask (and a resume of a stream not running here) is
+refused with 503 + Retry-After and the error code `unavailable`; a stream still running when the drain window
+closes ends with the terminal `error` `unavailable` (`retry_after`).
+
 A cancel reaches the answer in whichever worker runs it (`chatbot.cancel`): 202 when a running answer of this
 client took it, 404 naming the request id when there is none (finished, unknown, or another client's), 503 when
 the channel layer could not ask the other workers.

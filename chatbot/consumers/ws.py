@@ -14,6 +14,12 @@ Client messages (JSON objects):
   ends with the terminal `error` `cancelled`. A cancel with nothing running, or naming another request (one that just
   ended), is ignored: it raced with the end of the stream and there is nothing left to stop.
 
+While the worker drains before it stops (`chatbot.drain`): a new socket is closed with 4012 (1012 "service
+restart" in the private range, which the server library can send), an `ask` (or a `resume` of a stream not running
+here) gets a terminal `error` `unavailable` with `retry_after` and then that close; a stream still running when
+the drain window closes ends with the terminal `unavailable`, and every socket is closed 4012 once the drain is
+over, for the client to reconnect to another worker.
+
 One stream at a time per socket: an `ask` or `resume` while one streams gets a one-event stream of its own (new
 request id, terminal `error` `bad_request` saying which request is still streaming); the running one is not
 disturbed. Anything else that is not understood (invalid JSON, a non-object, an unknown `type`, bad fields, an

@@ -37,6 +37,7 @@
         upstream_error: "語言模型服務暫時無法使用，請稍後再試。", cancelled: "已停止回答。",
         internal: "系統發生錯誤，請再試一次。", network: "連線中斷，無法取得完整回答。",
         expired: "回答已逾時保存期限，無法續傳，請重新提問。",
+        unavailable: "伺服器正在重新啟動，請再問一次。",
       },
       stageNames: {
         guard: "安全檢查", language_normalizer: "語言辨識", cache_lookup: "查詢快取", cache_response: "快取回答",
@@ -73,6 +74,7 @@
         cancelled: "Answer stopped.", internal: "Something went wrong. Please try again.",
         network: "The connection was lost before the answer was complete.",
         expired: "This answer is no longer kept on the server; please ask again.",
+        unavailable: "The server is restarting; please ask again.",
       },
       stageNames: {
         guard: "Safety check", language_normalizer: "Language", cache_lookup: "Cache lookup",
@@ -83,7 +85,9 @@
     },
   };
   // Codes worth a "try again" button (the others say something about the question itself).
-  const RETRYABLE = new Set(["busy", "timeout", "upstream_error", "internal", "network", "cancelled", "expired"]);
+  const RETRYABLE = new Set([
+    "busy", "timeout", "upstream_error", "internal", "network", "cancelled", "expired", "unavailable",
+  ]);
   const RECONNECT_ATTEMPTS = 8;
 
   const $ = (id) => document.getElementById(id);
@@ -406,7 +410,7 @@
       retry.addEventListener("click", onRetry);
       box.append(retry);
       const seconds = Math.ceil(Number(retryAfter) || 0);
-      if (code === "busy" && seconds > 0) {
+      if ((code === "busy" || code === "unavailable") && seconds > 0) {
         let left = seconds;
         retry.disabled = true;
         const countdown = el("span", "countdown", t("retryIn", { s: left }));
