@@ -1,7 +1,8 @@
 """A stand-in for the server in tests: opens the vector store through the pipeline runtime (so it holds the local
 store's lock), runs the job runner, and answers searches read from stdin ("search <query>" -> a JSON list of the
-doc ids found) with the runtime's own retriever. EMBED_DELAY (seconds) slows each embedding batch down;
-INITIAL_INDEX=1 indexes CORPUS_DIR at start-up, without a job.
+doc ids found) with the runtime's own retriever. EMBED_HOLD (a file path) holds every embedding batch of a job
+while that file exists, so a test decides when a job may get past its embedding; INITIAL_INDEX=1 indexes
+CORPUS_DIR at start-up, without a job.
 
     python tests/rag/documents/store_owner.py   # with DJANGO_SETTINGS_MODULE and the data folder in the env
 """
@@ -19,9 +20,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 
-class SlowEmbedder:
-    def __init__(self, inner: Any, delay: float) -> None:
-        self.inner, self.delay = inner, delay
+HOLD_AT_MOST = 60.0  # a test that never lets go fails on its own timeouts, and this process does not hang
+
+
+class HeldEmbedder:
+    def __init__(self, inner: Any, hold: Path) -> None:
+        self.inner, self.hold = inner, hold
 
     @property
     def name(self) -> str:
@@ -32,7 +36,9 @@ class SlowEmbedder:
         return int(self.inner.dim)
 
     def embed_documents(self, texts: Any) -> Any:
-        time.sleep(self.delay)
+        deadline = time.monotonic() + HOLD_AT_MOST
+        while self.hold.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
         return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> Any:
@@ -59,13 +65,13 @@ async def main() -> None:
         await asyncio.to_thread(
             build_index, load_markdown_dir(settings.CORPUS_DIR), deps.retriever.store, deps.retriever.embedder
         )
-    delay = float(os.environ.get("EMBED_DELAY", "0") or 0)
+    hold = os.environ.get("EMBED_HOLD", "")
 
     async def context() -> JobContext | None:
         found = await runtime_job_context()
-        if found is None or not delay:
+        if found is None or not hold:
             return found
-        return JobContext(store=found.store, embedder=SlowEmbedder(found.embedder, delay), llm=found.llm)
+        return JobContext(store=found.store, embedder=HeldEmbedder(found.embedder, Path(hold)), llm=found.llm)
 
     runner = JobRunner(context_factory=context, poll_interval=0.1, heartbeat_interval=0.5)
     task = asyncio.create_task(runner.run())

@@ -115,43 +115,61 @@ class StoreOwner:
 
 
 @pytest.fixture
-def owner(site: dict[str, str]) -> Iterator[StoreOwner]:
-    started = StoreOwner({**site, "EMBED_DELAY": "1.0", "INITIAL_INDEX": "1"})
+def hold(tmp_path: Path) -> Path:
+    """While this file exists, the store owner's jobs wait before each embedding batch."""
+    return tmp_path / "embed-hold"
+
+
+@pytest.fixture
+def owner(site: dict[str, str], hold: Path) -> Iterator[StoreOwner]:
+    started = StoreOwner({**site, "EMBED_HOLD": str(hold), "INITIAL_INDEX": "1"})
     yield started
     started.stop()
 
 
-def test_reindex_follows_the_job_the_store_owner_runs_and_ctrl_c_cancels_it(
-    site: dict[str, str], owner: StoreOwner
-) -> None:
-    corpus = Path(site["CORPUS_DIR"])
-    assert "en-waiting" not in owner.search("waiting list")
-    (corpus / "en-waiting.md").write_text("---\ntitle: Waiting list\nlanguage: en\n---\n\nWaiting list rules.\n")
-    (corpus / "en-enrolment.md").write_text(CORPUS["en-enrolment.md"] + "\nJoin the waiting list.\n")
-
-    followed = manage(site, "reindex")
-    assert followed.returncode == 0, followed.stdout + followed.stderr
-    assert "runs in the server; following it" in followed.stdout
-    assert "embedding" in followed.stdout and "100%" in followed.stdout  # the progress bar, drawn with \r
-    assert "Documents: 1 added, 1 updated, 4 unchanged, 0 deleted, 0 skipped." in followed.stdout
-    # the owner's retriever answers from the new build at once
-    assert "en-waiting" in owner.search("waiting list")
-
-    for name, text in CORPUS.items():
-        (corpus / name).write_text(text + "\nquokka\n")
+def reindex(site: dict[str, str], *args: str) -> tuple[subprocess.Popen[bytes], Reader, Reader]:
     command = subprocess.Popen(
-        [sys.executable, "manage.py", "reindex", "--full"],
+        [sys.executable, "manage.py", "reindex", *args],
         cwd=PROJECT,
         env=site,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     assert command.stdout is not None and command.stderr is not None
-    out, err = Reader(command.stdout), Reader(command.stderr)
+    return command, Reader(command.stdout), Reader(command.stderr)
+
+
+def test_reindex_follows_the_job_the_store_owner_runs_and_ctrl_c_cancels_it(
+    site: dict[str, str], owner: StoreOwner, hold: Path
+) -> None:
+    corpus = Path(site["CORPUS_DIR"])
+    assert "en-waiting" not in owner.search("waiting list")
+    (corpus / "en-waiting.md").write_text("---\ntitle: Waiting list\nlanguage: en\n---\n\nWaiting list rules.\n")
+    (corpus / "en-enrolment.md").write_text(CORPUS["en-enrolment.md"] + "\nJoin the waiting list.\n")
+
+    # The job waits before embedding until the command has shown that stage; then it runs to its end.
+    hold.touch()
+    command, out, err = reindex(site)
+    out.wait_for("embedding")
+    hold.unlink()
+    assert command.wait(timeout=60) == 0, out.text + err.text
+    assert "runs in the server; following it" in out.text
+    assert "100%" in out.text  # the progress bar, drawn with \r
+    assert "Documents: 1 added, 1 updated, 4 unchanged, 0 deleted, 0 skipped." in out.text
+    # the owner's retriever answers from the new build at once
+    assert "en-waiting" in owner.search("waiting list")
+
+    for name, text in CORPUS.items():
+        (corpus / name).write_text(text + "\nquokka\n")
+    # Ctrl-C while the job embeds. The job cannot get past its embedding before the command has recorded the cancel
+    # (it says "Cancelling" once it has), however slow the machine: then it must stop without switching.
+    hold.touch()
+    command, out, err = reindex(site, "--full")
     out.wait_for("embedding")
     command.send_signal(signal.SIGINT)
-    assert command.wait(timeout=60) == 1
-    assert "Cancelling index job" in out.text
+    out.wait_for("Cancelling index job")
+    hold.unlink()
+    assert command.wait(timeout=60) == 1, out.text + err.text
     assert "was cancelled" in err.text and "live index is unchanged" in err.text
     assert owner.search("quokka") == []
     assert "en-waiting" in owner.search("waiting list")
