@@ -162,9 +162,7 @@ async def drain(window_seconds: float) -> DrainReport:
     if leftover:
         await asyncio.wait(leftover, timeout=CANCEL_GRACE_SECONDS)
 
-    for socket in list(_sockets):
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(socket.close(code=WS_SERVICE_RESTART), CLOSE_TIMEOUT_SECONDS)
+    await asyncio.gather(*(_close(socket) for socket in list(_sockets)))
     await pending_records(max_wait=RECORDS_GRACE_SECONDS)
 
     report = DrainReport(
@@ -181,6 +179,11 @@ async def drain(window_seconds: float) -> DrainReport:
         report.cancelled,
     )
     return report
+
+
+async def _close(socket: Closable) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(socket.close(code=WS_SERVICE_RESTART), CLOSE_TIMEOUT_SECONDS)
 
 
 def hurry() -> None:
