@@ -22,7 +22,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from chatbot import lifecycle, security
+from chatbot import drain, lifecycle, security
 from chatbot.apikeys.models import SCOPE_CHAT
 from chatbot.apikeys.selectors import CheckedKey, KeyRefused
 from chatbot.apikeys.services import RateLimited, api_key_authorise, api_key_tokens_add
@@ -137,6 +137,7 @@ class ChatCompletionsConsumer(_OpenAIConsumer):
             message = "this worker is stopping; ask again"
             await self._send_error(api_error("unavailable", message, retry_after=lifecycle.retry_after_seconds()))
             return
+        drain.transport_started()  # a drain waits for this response to send its end (an `unavailable` at worst)
         try:
             key = await database_sync_to_async(_authorise)(self._authorization())
             request = completion_request_parse(body_decode(body), client_id=key.client_id)
