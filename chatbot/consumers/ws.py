@@ -15,8 +15,9 @@ Client messages (JSON objects):
   ended), is ignored: it raced with the end of the stream and there is nothing left to stop.
 
 While the worker drains before it stops (`chatbot.drain`): a new socket is closed with 4012 (1012 "service
-restart" in the private range, which the server library can send), an `ask` (or a `resume` of a stream not running
-here) gets a terminal `error` `unavailable` with `retry_after` and then that close; a stream still running when
+restart" in the private range: the server library cannot send 1012), an `ask` (or a `resume` of a stream not
+running here, for that request) gets a terminal `error` `unavailable` with `retry_after` and then that close; a
+stream still running when
 the drain window closes ends with the terminal `unavailable`, and every socket is closed 4012 once the drain is
 over, for the client to reconnect to another worker.
 
@@ -116,12 +117,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         )
         return True
 
-    async def _refuse_if_draining(self, request_id: str = "") -> bool:
-        """While the worker drains: a terminal `unavailable` (with `retry_after`), then close 1012 so the client
+    async def _refuse_if_draining(self, request_id: str = "", after_seq: int = 0) -> bool:
+        """While the worker drains: a terminal `unavailable` (with `retry_after`), then close 4012 so the client
         reconnects elsewhere (unless an answer is still streaming here: the drain closes the socket after it)."""
         if not lifecycle.is_draining():
             return False
-        await self.send_json(drain.unavailable_event(request_id=request_id or None))
+        await self.send_json(drain.unavailable_event(request_id=request_id or None, after_seq=after_seq))
         if self._task is None or self._task.done():
             await self.close(code=drain.WS_SERVICE_RESTART)
         return True
@@ -152,7 +153,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         local = stream_registry().local(request_id)
         # A stream running here is served to its end; one of another worker is read there, not here.
-        if (local is None or not local.running) and await self._refuse_if_draining():
+        if (local is None or not local.running) and await self._refuse_if_draining(request_id, last_seq):
             return
         self._begin(request_id)
         self._task = asyncio.create_task(self._replay(request_id, last_seq), name="ws-resume")
