@@ -98,7 +98,7 @@ REDIS_LAYER_CONNECT_TIMEOUT = 5.0
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "chatbot.channel_layer.RedisChannelLayer",
             "CONFIG": {
                 "hosts": [
                     {

@@ -34,14 +34,6 @@ from chatbot.settings import *  # noqa: E402, F403
 CONCURRENCY_LIVE_SETTINGS = False
 RAG_WORKFLOW_SYNC = False
 
-# The channel layer is one object for the whole in-process run while every test has an event loop of its own, so
-# its Redis connections outlive the loop that opened them. A consumer a test leaves waiting on the layer keeps a
-# read on such a connection that the test's teardown cannot cancel; the read timeout is what ends it, so in
-# process it stays at redis-py's 5 s. A server has one loop and the product's longer timeout (see settings); its
-# long answers are tested through real daphne processes (tests/chatbot/test_long_answers.py).
-if REDIS_URL:  # noqa: F405
-    _layer_host: dict[str, object] = CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]  # type: ignore[index]  # noqa: F405
-    _layer_host["socket_timeout"] = 5.0
 
 # The test database of a SQLite run is a file, as the product's is, not Django's in-memory default: threads (the
 # replicas' loads, job runners) then see each other's committed writes through WAL and the busy timeout, where an

@@ -8,7 +8,6 @@ The signal handling under daphne and the process's exit are tested with real dap
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -119,16 +118,7 @@ async def test_an_ask_on_an_open_websocket_gets_unavailable_then_the_close() -> 
 
 # --- live answers --------------------------------------------------------------------------------------------
 
-# In process the channel layer's Redis connections serve every test's event loop, so their read timeout stays at
-# 5 s (tests/settings.py), which races the layer's 5 s blocking pop once a consumer lives longer than that. With
-# Redis the drain of live answers is tested through daphne instead (tests/chatbot/test_drain_daphne.py).
-in_process_layer = pytest.mark.skipif(
-    bool(os.environ.get("REDIS_URL")),
-    reason="with REDIS_URL the drain of live answers is tested through daphne (test_drain_daphne.py)",
-)
 
-
-@in_process_layer
 async def test_live_answers_finish_within_the_window_and_the_drain_ends_with_them(
     answer_deltas_apart: list[float],
 ) -> None:
@@ -157,7 +147,6 @@ async def test_live_answers_finish_within_the_window_and_the_drain_ends_with_the
     await ws.disconnect()
 
 
-@in_process_layer
 async def test_what_still_runs_when_the_window_closes_ends_with_unavailable_and_is_recorded(
     answer_deltas_apart: list[float],
 ) -> None:
