@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import json
-
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
@@ -18,13 +16,14 @@ from django.views.decorators.http import require_POST
 
 from chatbot import security
 from chatbot.feedback import FeedbackInputError, FeedbackTargetNotFound, feedback_input_parse, feedback_record
+from concurrency.jsonio import JsonInputError, json_decode, json_error
+
+# A verdict and a comment of a few thousand characters; anything far beyond is not feedback.
+MAX_BODY_BYTES = 64 * 1024
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
-    error = {"code": code, "message": message}
-    if field is not None:
-        error["field"] = field
-    return JsonResponse({"error": error}, status=status)
+    return json_error(status, code, message, **({} if field is None else {"field": field}))
 
 
 # CSRF: like the streaming endpoints, the body must be declared application/json, which a cross-site page can
@@ -38,9 +37,9 @@ def feedback_api(request: HttpRequest) -> HttpResponse:
         return _error(415, "bad_request", str(exc))
     client_id, _client_hex, is_new = security.client_from_request(request)
     try:
-        payload = json.loads(request.body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return _error(400, "bad_request", "request body is not valid JSON", "body")
+        payload = json_decode(request.body, max_bytes=MAX_BODY_BYTES)
+    except JsonInputError as exc:
+        return _error(exc.status, "bad_request", exc.message, exc.field)
     try:
         data = feedback_input_parse(payload)
     except FeedbackInputError as exc:

@@ -21,6 +21,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
+from concurrency.jsonio import json_error
 from concurrency.selectors import (
     concurrency_priority,
     concurrency_settings_snapshot,
@@ -82,7 +83,7 @@ def _staff_or_token(
         @wraps(view)
         def checked(request: HttpRequest) -> HttpResponse:
             if not caller_allowed(request, scope):
-                return _error(403, "forbidden", f"staff session or an API key with the '{scope}' scope required")
+                return json_error(403, "forbidden", f"staff session or an API key with the '{scope}' scope required")
             return view(request)
 
         return checked
@@ -104,10 +105,6 @@ def caller_allowed(request: HttpRequest, scope: str) -> bool:
 
 def _is_staff(user: Any) -> bool:
     return user is not None and getattr(user, "is_active", False) and getattr(user, "is_staff", False)
-
-
-def _error(status: int, code: str, detail: str, **extra: Any) -> JsonResponse:
-    return JsonResponse({"error": code, "detail": detail, **extra}, status=status)
 
 
 @never_cache
@@ -141,14 +138,14 @@ def settings_view(request: HttpRequest) -> HttpResponse:
     the console's form validates them; every worker applies the change within a second."""
     if request.method == "GET":
         if not caller_allowed(request, SCOPE_READ):
-            return _error(403, "forbidden", "staff session or an API key with the 'admin-read' scope required")
+            return json_error(403, "forbidden", "staff session or an API key with the 'admin-read' scope required")
         return JsonResponse({"settings": concurrency_settings_snapshot().to_dict()})
     if not caller_allowed(request, SCOPE_WRITE):
-        return _error(403, "forbidden", "a staff user who may change the settings, or an 'admin-write' API key")
+        return json_error(403, "forbidden", "a staff user who may change the settings, or an 'admin-write' API key")
     try:
         changes, expected_version = settings_patch_parse(request.content_type or "", request.body)
         user = request.user if _is_staff(getattr(request, "user", None)) else None
         row = settings_patch_apply(changes, expected_version=expected_version, user=user)
     except SettingsPatchError as exc:
-        return _error(exc.status, exc.code, exc.detail, **exc.extra)
+        return json_error(exc.status, exc.code, exc.message, **exc.extra)
     return JsonResponse({"settings": settings_snapshot_of(row).to_dict()})

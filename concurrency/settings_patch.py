@@ -8,13 +8,13 @@ named keep their value. `expected_version` (optional) refuses the change with 40
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
 
 from concurrency.admin import ConcurrencySettingsForm
+from concurrency.jsonio import JsonInputError, json_decode
 from concurrency.models import BACKENDS, EDITABLE_FIELDS, ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
@@ -27,11 +27,11 @@ _GROUPS = {"limits": "limit_", "rpm": "rpm_"}
 class SettingsPatchError(Exception):
     """A change refused: HTTP status, error code, a detail naming what was wrong, per-field messages."""
 
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
         self.status = status
         self.code = code
-        self.detail = detail
+        self.message = message
         self.extra = extra
 
 
@@ -44,14 +44,16 @@ def settings_patch_parse(content_type: str, body: bytes) -> tuple[dict[str, Any]
     if content_type != "application/json":
         raise SettingsPatchError(415, "bad_request", f"Content-Type must be application/json, not {content_type!r}")
     try:
-        payload = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _bad(f"request body is not valid JSON: {exc}") from None
+        payload = json_decode(body)
+    except JsonInputError as exc:
+        raise _bad(exc.message, field=exc.field) from None
     if not isinstance(payload, dict):
         raise _bad("request body must be a JSON object of the settings to change")
     expected_version = payload.pop("expected_version", None)
-    if expected_version is not None and (isinstance(expected_version, bool) or not isinstance(expected_version, int)):
-        raise _bad("'expected_version' must be an integer")
+    if expected_version is not None and (
+        isinstance(expected_version, bool) or not isinstance(expected_version, int) or not 0 <= expected_version < 2**31
+    ):
+        raise _bad("'expected_version' must be an integer from 0 to 2147483647")
     changes: dict[str, Any] = {}
     for name, value in payload.items():
         if name in _GROUPS:

@@ -14,7 +14,6 @@ input is a 400 naming the field. Sync views: Django runs them on a worker thread
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from functools import wraps
 from typing import Any
@@ -27,6 +26,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
 from concurrency.api import api_access_allowed
+from concurrency.jsonio import JsonInputError, json_decode, json_error
 from rag.documents.models import Job
 from rag.documents.selectors import job_as_dict, job_get, jobs_recent
 from rag.documents.services import backfill_job_create, index_job_create, job_cancel
@@ -34,21 +34,12 @@ from rag.documents.sources import FORMATS, PathNotAllowed, path_allowed
 
 MAX_PATHS = 200
 MAX_BODY_BYTES = 64 * 1024
+# A backfill limit is a count of chunks; past this it is a typo (and past 2**63 no database column holds it).
+MAX_BACKFILL_LIMIT = 10**9
 
 
-class BadInput(ValueError):
-    def __init__(self, field: str, detail: str) -> None:
-        super().__init__(f"{field}: {detail}")
-        self.field = field
-        self.detail = detail
-
-
-def _error(status: int, error: str, detail: str, **extra: Any) -> JsonResponse:
-    return JsonResponse({"error": error, "detail": detail, **extra}, status=status)
-
-
-def _bad(exc: BadInput) -> JsonResponse:
-    return _error(400, "bad_request", exc.detail, field=exc.field)
+def _bad(exc: JsonInputError) -> JsonResponse:
+    return json_error(exc.status, "bad_request", exc.message, field=exc.field)
 
 
 def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
@@ -66,65 +57,60 @@ def staff_api(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         by_token = api_access_allowed(user=None, authorization=authorization, token=token)
         by_session = api_access_allowed(user=getattr(request, "user", None), authorization="", token="")
         if not (by_token or by_session):
-            return _error(403, "forbidden", "staff session or a valid API token required")
+            return json_error(403, "forbidden", "staff session or a valid API token required")
         # a bearer token is never sent by a browser on its own, so only cookie-authenticated writes need CSRF
         if not by_token and request.method not in ("GET", "HEAD", "OPTIONS") and _csrf_failure(request) is not None:
-            return _error(403, "forbidden", "CSRF check failed: send the csrftoken cookie and X-CSRFToken header")
+            return json_error(403, "forbidden", "CSRF check failed: send the csrftoken cookie and X-CSRFToken header")
         return view(request, *args, **kwargs)
 
     return csrf_exempt(checked)
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
-    if len(request.body) > MAX_BODY_BYTES:
-        raise BadInput("body", f"larger than {MAX_BODY_BYTES} bytes")
-    if not request.body.strip():
-        return {}
-    try:
-        data = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadInput("body", f"not valid JSON ({exc})") from None
+    data = json_decode(request.body, max_bytes=MAX_BODY_BYTES, empty={})
     if not isinstance(data, dict):
-        raise BadInput("body", "expected a JSON object")
+        raise JsonInputError("body", "expected a JSON object")
     return data
 
 
 def _only(data: Mapping[str, Any], allowed: set[str]) -> None:
     for key in data:
         if key not in allowed:
-            raise BadInput(str(key), f"unknown field; expected {', '.join(sorted(allowed))}")
+            raise JsonInputError(str(key), f"unknown field; expected {', '.join(sorted(allowed))}")
 
 
 def index_job_input_parse(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Checked arguments of `index_job_create` from a request body; raises BadInput naming the field."""
+    """Checked arguments of `index_job_create` from a request body; raises JsonInputError naming the field."""
     _only(data, {"paths", "format", "full"})
     raw_paths = data.get("paths", [])
     if raw_paths is None:
         raw_paths = []
     if not isinstance(raw_paths, list) or not all(isinstance(p, str) for p in raw_paths):
-        raise BadInput("paths", "expected a list of strings")
+        raise JsonInputError("paths", "expected a list of strings")
     if len(raw_paths) > MAX_PATHS:
-        raise BadInput("paths", f"at most {MAX_PATHS} paths")
+        raise JsonInputError("paths", f"at most {MAX_PATHS} paths")
     paths = []
     for raw in raw_paths:
         try:
             paths.append(str(path_allowed(raw)))
         except PathNotAllowed as exc:
-            raise BadInput("paths", str(exc)) from None
+            raise JsonInputError("paths", str(exc)) from None
     fmt = data.get("format", "auto")
     if fmt not in FORMATS:
-        raise BadInput("format", f"expected one of {', '.join(FORMATS)}")
+        raise JsonInputError("format", f"expected one of {', '.join(FORMATS)}")
     full = data.get("full", False)
     if not isinstance(full, bool):
-        raise BadInput("full", "expected true or false")
+        raise JsonInputError("full", "expected true or false")
     return {"paths": paths, "format": fmt, "full": full}
 
 
 def backfill_job_input_parse(data: Mapping[str, Any]) -> dict[str, Any]:
     _only(data, {"limit"})
     limit = data.get("limit")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise BadInput("limit", "expected a positive integer or null")
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_BACKFILL_LIMIT
+    ):
+        raise JsonInputError("limit", f"expected an integer from 1 to {MAX_BACKFILL_LIMIT}, or null")
     return {"limit": limit}
 
 
@@ -138,7 +124,7 @@ def _jobs(request: HttpRequest, kind: str) -> HttpResponse:
     if request.method == "GET":
         return JsonResponse({"jobs": [job_as_dict(job=job) for job in jobs_recent(kind=kind)]})
     if request.method != "POST":
-        return _error(405, "method_not_allowed", "use GET or POST")
+        return json_error(405, "method_not_allowed", "use GET or POST")
     try:
         data = _json_body(request)
         if kind == "index":
@@ -146,31 +132,31 @@ def _jobs(request: HttpRequest, kind: str) -> HttpResponse:
         else:
             arguments = backfill_job_input_parse(data)
             if not settings.LLM_BASE_URL:
-                return _error(409, "no_llm", "no LLM is configured (LLM_BASE_URL): backfill needs one")
+                return json_error(409, "no_llm", "no LLM is configured (LLM_BASE_URL): backfill needs one")
             job = backfill_job_create(**arguments, created_by=request.user, created_from="api")
-    except BadInput as exc:
+    except JsonInputError as exc:
         return _bad(exc)
     return _created(request, job, f"rag-{kind}-job")
 
 
 def _detail(request: HttpRequest, kind: str, job_id: int) -> HttpResponse:
     if request.method != "GET":
-        return _error(405, "method_not_allowed", "use GET")
+        return json_error(405, "method_not_allowed", "use GET")
     job = job_get(kind=kind, job_id=job_id)
     if job is None:
-        return _error(404, "not_found", f"no {kind} job {job_id}")
+        return json_error(404, "not_found", f"no {kind} job {job_id}")
     return JsonResponse(job_as_dict(job=job))
 
 
 def _cancel(request: HttpRequest, kind: str, job_id: int) -> HttpResponse:
     if request.method != "POST":
-        return _error(405, "method_not_allowed", "use POST")
+        return json_error(405, "method_not_allowed", "use POST")
     job = job_get(kind=kind, job_id=job_id)
     if job is None:
-        return _error(404, "not_found", f"no {kind} job {job_id}")
+        return json_error(404, "not_found", f"no {kind} job {job_id}")
     if not job_cancel(job=job):
-        detail = f"{kind} job {job_id} has already finished ({job.status})"
-        return _error(409, "finished", detail, job=job_as_dict(job=job))
+        message = f"{kind} job {job_id} has already finished ({job.status})"
+        return json_error(409, "finished", message, job=job_as_dict(job=job))
     return JsonResponse(job_as_dict(job=job), status=202)
 
 

@@ -22,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from concurrency.jsonio import JsonInputError, json_decode, json_error
 from rag.engine import WorkflowError
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
@@ -35,21 +36,20 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 512 * 1024
 
 
+# Ids and version numbers fit a database integer column; a bigger one is an OverflowError in the lookup.
+MAX_ID = 2**31 - 1
+
+
 class BadRequest(ValueError):
     pass
 
 
-def _error(status: int, code: str, message: str, **extra: Any) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=status)
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_ID
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
-    if len(request.body) > MAX_BODY_BYTES:
-        raise BadRequest(f"request body is larger than {MAX_BODY_BYTES} bytes")
-    try:
-        payload = json.loads(request.body.decode("utf-8") or "{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"request body is not JSON: {exc}") from None
+    payload = json_decode(request.body, max_bytes=MAX_BODY_BYTES, empty={})
     if not isinstance(payload, dict):
         raise BadRequest("request body must be a JSON object")
     return payload
@@ -59,8 +59,8 @@ def _int_field(payload: dict[str, Any], name: str, *, required: bool = True) -> 
     value = payload.get(name)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"'{name}' must be an integer")
+    if not _is_id(value):
+        raise BadRequest(f"'{name}' must be an integer from 0 to {MAX_ID}")
     return value
 
 
@@ -71,17 +71,19 @@ def _handled(view: Any) -> Any:
         try:
             return view(request, *args, **kwargs)
         except BadRequest as exc:
-            return _error(400, "bad_request", str(exc))
+            return json_error(400, "bad_request", str(exc))
+        except JsonInputError as exc:
+            return json_error(exc.status, "bad_request", exc.message, field=exc.field)
         except GraphShapeError as exc:
-            return _error(400, "bad_graph", str(exc))
+            return json_error(400, "bad_graph", str(exc))
         except ValidationError as exc:
-            return _error(400, "invalid", " ".join(exc.messages))
+            return json_error(400, "invalid", " ".join(exc.messages))
         except (WorkflowDraft.DoesNotExist, WorkflowDraftVersion.DoesNotExist) as exc:
-            return _error(404, "not_found", str(exc))
+            return json_error(404, "not_found", str(exc))
         except services.DraftConflict as exc:
-            return _error(409, "conflict", str(exc))
+            return json_error(409, "conflict", str(exc))
         except services.PublishRefused as exc:
-            return _error(400, "invalid_workflow", str(exc), problems=exc.problems)
+            return json_error(400, "invalid_workflow", str(exc), problems=exc.problems)
 
     wrapped.__name__ = view.__name__
     wrapped.__doc__ = view.__doc__
@@ -187,7 +189,9 @@ def draft_diff(request: HttpRequest, draft_id: int) -> HttpResponse:
         old = int(request.GET["a"])
         new = int(request.GET["b"]) if request.GET.get("b") else None
     except (KeyError, ValueError):
-        raise BadRequest("'a' (and optionally 'b') must be version numbers") from None
+        old, new = -1, None
+    if not _is_id(old) or (new is not None and not _is_id(new)):
+        raise BadRequest("'a' (and optionally 'b') must be version numbers")
     return JsonResponse(selectors.workflow_draft_diff(draft_id=draft_id, old_version=old, new_version=new))
 
 
@@ -259,7 +263,7 @@ def _test_run_parse(payload: dict[str, Any]) -> tuple[str, str, Any, Any]:
 def _draft_graph(draft_id: Any) -> dict[str, Any]:
     if draft_id == selectors.DEFAULT_DRAFT_ID:
         return selectors.workflow_default_detail()["graph"]
-    if isinstance(draft_id, bool) or not isinstance(draft_id, int):
+    if not _is_id(draft_id):
         raise BadRequest("'draft_id' must be a draft's id or 'default'")
     return selectors.workflow_draft_get(draft_id=draft_id).graph
 
@@ -304,18 +308,18 @@ async def test_run(request: HttpRequest) -> HttpResponseBase:
     engine and cache, run the graph on the question, stream its events as SSE in the chat schema.
     Invalid graph: 400 with the problems."""
     if request.method != "POST":
-        return _error(405, "bad_request", "use POST")
+        return json_error(405, "bad_request", "use POST")
     try:
         question, backend, graph, draft_id = _test_run_parse(_json_body(request))
         if graph is None:
             graph = await sync_to_async(_draft_graph)(draft_id)
         graph = graph_clean(graph)
     except BadRequest as exc:
-        return _error(400, "bad_request", str(exc))
+        return json_error(400, "bad_request", str(exc))
     except GraphShapeError as exc:
-        return _error(400, "bad_graph", str(exc))
+        return json_error(400, "bad_graph", str(exc))
     except WorkflowDraft.DoesNotExist:
-        return _error(404, "not_found", f"no draft {draft_id}")
+        return json_error(404, "not_found", f"no draft {draft_id}")
 
     from rag.wiring import get_runtime
 
@@ -323,13 +327,13 @@ async def test_run(request: HttpRequest) -> HttpResponseBase:
     # Building a dozen nodes for the trial compile is small but not free: off the loop.
     check = await asyncio.to_thread(graph_check, graph, registry=runtime.registry)
     if not check.valid or check.definition is None:
-        return _error(400, "invalid_workflow", "the workflow cannot run", problems=check.problems)
+        return json_error(400, "invalid_workflow", "the workflow cannot run", problems=check.problems)
     user = await request.auser()
     ask = AskRequest(question=question, backend=backend, client_id=f"staff:{user.pk}")
     try:
         run = await runtime.start(ask, workflow=check.definition)
     except WorkflowError as exc:
-        return _error(400, "invalid_workflow", str(exc), problems=[p.as_dict() for p in exc.problems])
+        return json_error(400, "invalid_workflow", str(exc), problems=[p.as_dict() for p in exc.problems])
     response = StreamingHttpResponse(_event_frames(run), content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx would otherwise buffer the whole run

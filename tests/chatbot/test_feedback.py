@@ -117,6 +117,9 @@ def test_a_verdict_costs_a_bounded_number_of_queries(client: Client, answer: Mes
         ({"score": "up"}, "request_id"),
         (["req-a1", "up"], "body"),
         ("{not json", "body"),
+        ({"request_id": "req-a1", "score": "up", "comment": "x\ud800y"}, "comment"),
+        ({"request_id": "req-a1", "score": "up", "comment": "x\x00y"}, "comment"),
+        ({"request_id": "req-a\udfff", "score": "up"}, "request_id"),
     ],
 )
 def test_bad_input_is_refused_naming_the_field(client: Client, answer: Message, payload: Any, field: str) -> None:
@@ -125,6 +128,23 @@ def test_bad_input_is_refused_naming_the_field(client: Client, answer: Message, 
     error = response.json()["error"]
     assert (error["code"], error["field"]) == ("bad_request", field)
     assert not Feedback.objects.exists()
+
+
+def test_a_body_past_the_upload_limit_is_a_413_in_the_json_error_shape(
+    client: Client, answer: Message, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = json.dumps({"request_id": "req-a1", "score": "up", "comment": "x" * (20 * 1024 * 1024)})
+    with caplog.at_level("ERROR"):
+        response = post(client, body)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "bad_request" and "larger than" in response.json()["error"]["message"]
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
+    assert not Feedback.objects.exists()
+
+
+def test_a_body_past_the_feedback_limit_is_a_413(client: Client, answer: Message) -> None:
+    response = post(client, {"request_id": "req-a1", "score": "up", "pad": "x" * 70_000})
+    assert response.status_code == 413 and response.json()["error"]["field"] == "body"
 
 
 def test_a_comment_of_exactly_the_limit_is_accepted(client: Client, answer: Message) -> None:

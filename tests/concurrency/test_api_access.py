@@ -101,7 +101,7 @@ def test_anonymous_callers_get_403_json(client, url) -> None:
 
     assert response.status_code == 403
     assert response["Content-Type"] == "application/json"
-    assert response.json()["error"] == "forbidden"
+    assert response.json()["error"]["code"] == "forbidden"
 
 
 @pytest.mark.parametrize("url", ENDPOINTS)

@@ -84,6 +84,10 @@ def test_a_write_key_changes_some_settings_and_keeps_the_others(client, keys) ->
         ([1], "JSON object"),
         ({"retry_base_seconds": -1}, "retry_base_seconds"),
         ({"expected_version": "1", "max_waiters": 1}, "expected_version"),
+        ({"expected_version": 10**30, "max_waiters": 1}, "expected_version"),
+        ({"max_waiters": 1, "x\ud800": 1}, "lone UTF-16 surrogate"),
+        ({"max_waiters": 1, "x": "a\x00"}, "NUL"),
+        ({"max_waiters": 1, "x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, "nested"),
     ],
 )
 def test_bad_changes_are_400_naming_the_problem_and_change_nothing(client, keys, body, problem) -> None:
@@ -91,8 +95,8 @@ def test_bad_changes_are_400_naming_the_problem_and_change_nothing(client, keys,
     response = patch(client, body)
 
     assert response.status_code == 400, response.content
-    assert response.json()["error"] == "bad_request"
-    assert problem in response.json()["detail"]
+    assert response.json()["error"]["code"] == "bad_request"
+    assert problem in response.json()["error"]["message"]
     assert concurrency_settings_get().version == version
 
 
@@ -100,7 +104,7 @@ def test_a_stale_expected_version_is_409(client, keys) -> None:
     version = concurrency_settings_get().version
     concurrency_settings_update(max_waiters=3)
     response = patch(client, {"max_waiters": 9, "expected_version": version})
-    assert response.status_code == 409 and "changed by someone else" in response.json()["detail"]
+    assert response.status_code == 409 and "changed by someone else" in response.json()["error"]["message"]
     assert concurrency_settings_get().max_waiters == 3
 
 
@@ -114,7 +118,7 @@ def test_who_may_read_and_who_may_write(client, keys) -> None:
     assert client.get(URL).status_code == 403
     for key in (READ_KEY, "shared-read-token", None):  # the shared token and a read key only read
         response = patch(client, {"max_waiters": 3}, key=key)
-        assert response.status_code == 403 and response.json()["error"] == "forbidden"
+        assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
 
     viewer = User.objects.create_user("viewer", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_concurrencysettings"))

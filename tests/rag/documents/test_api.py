@@ -55,7 +55,7 @@ def test_anonymous_and_non_staff_get_403_json(configured: Path, member_client: C
     for client in (Client(), member_client):
         response = getattr(client, method)(url)
         assert response.status_code == 403
-        assert response.json()["error"] == "forbidden"
+        assert response.json()["error"]["code"] == "forbidden"
     assert not IndexJob.objects.exists() and not BackfillJob.objects.exists()
 
 
@@ -76,7 +76,7 @@ def test_staff_create_follow_and_cancel_an_index_job(staff_client: Client, corpu
     cancelled = post(staff_client, f"/api/v1/rag/index-jobs/{job['id']}/cancel")
     assert cancelled.status_code == 202 and cancelled.json()["status"] == "cancelled"
     again = post(staff_client, f"/api/v1/rag/index-jobs/{job['id']}/cancel")
-    assert again.status_code == 409 and again.json()["error"] == "finished"
+    assert again.status_code == 409 and again.json()["error"]["code"] == "finished"
     assert staff_client.get("/api/v1/rag/index-jobs/999").status_code == 404
 
 
@@ -112,6 +112,8 @@ def test_no_paths_means_the_corpus_and_uploads_are_allowed(staff_client: Client,
         ({"fulll": True}, "fulll"),
         ("not json", "body"),
         ("[1, 2]", "body"),
+        ({"paths": ["guide\ud800.md"]}, "paths[0]"),
+        ({"paths": ["guide\x00.md"]}, "paths[0]"),
     ],
 )
 def test_bad_index_job_input_is_a_400_naming_the_field(
@@ -121,22 +123,39 @@ def test_bad_index_job_input_is_a_400_naming_the_field(
     (corpus / "link-out").symlink_to(tmp_path / "outside")
     response = post(staff_client, "/api/v1/rag/index-jobs", body)
     assert response.status_code == 400
-    assert response.json()["field"] == field and response.json()["error"] == "bad_request"
+    assert response.json()["error"]["field"] == field and response.json()["error"]["code"] == "bad_request"
     assert not IndexJob.objects.exists()
 
 
 def test_backfill_jobs_need_an_llm(staff_client: Client, settings: Any) -> None:
     response = post(staff_client, "/api/v1/rag/backfill-jobs", {"limit": 5})
-    assert response.status_code == 409 and response.json()["error"] == "no_llm"
+    assert response.status_code == 409 and response.json()["error"]["code"] == "no_llm"
     settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
     response = post(staff_client, "/api/v1/rag/backfill-jobs", {"limit": 5})
     assert response.status_code == 201 and response.json()["limit"] == 5
     cases = (({"limit": 0}, "limit"), ({"limit": "5"}, "limit"), ({"limit": True}, "limit"), ({"x": 1}, "x"))
     for body, field in cases:
         bad = post(staff_client, "/api/v1/rag/backfill-jobs", body)
-        assert bad.status_code == 400 and bad.json()["field"] == field
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == field
     job_id = response.json()["id"]
     assert post(staff_client, f"/api/v1/rag/backfill-jobs/{job_id}/cancel").json()["status"] == JobStatus.CANCELLED
+
+
+def test_a_backfill_limit_beyond_any_integer_column_is_a_400(staff_client: Client, settings: Any) -> None:
+    settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    response = post(staff_client, "/api/v1/rag/backfill-jobs", {"limit": 10**30})
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "limit" and response.json()["error"]["code"] == "bad_request"
+    assert not BackfillJob.objects.exists()
+
+
+@pytest.mark.parametrize("url", ["/api/v1/rag/index-jobs", "/api/v1/rag/backfill-jobs"])
+def test_a_huge_body_is_a_413_in_the_json_error_shape(staff_client: Client, url: str) -> None:
+    for size in (100 * 1024, 20 * 1024 * 1024):  # past this API's limit; past Django's upload limit
+        response = post(staff_client, url, {"paths": ["x" * size]})
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "bad_request"
+    assert not IndexJob.objects.exists() and not BackfillJob.objects.exists()
 
 
 def test_the_api_token_works_without_a_session_or_csrf(configured: Path, settings: Any) -> None:
@@ -156,7 +175,7 @@ def test_a_staff_session_needs_its_csrf_token_to_write(configured: Path) -> None
     client.force_login(user)
     assert client.get("/api/v1/rag/index-jobs").status_code == 200
     refused = post(client, "/api/v1/rag/index-jobs", {})
-    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+    assert refused.status_code == 403 and "CSRF" in refused.json()["error"]["message"]
     client.get("/admin/")  # sets the csrftoken cookie
     token = client.cookies["csrftoken"].value
     accepted = post(client, "/api/v1/rag/index-jobs", {}, HTTP_X_CSRFTOKEN=token)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -161,3 +163,39 @@ def test_a_published_draft_cannot_be_deleted_in_the_admin(admin_client: Client) 
     assert admin_client.get(f"/admin/rag_workflows/workflowdraft/{draft.pk}/delete/").status_code == 403
     listing = admin_client.get("/admin/rag_workflows/workflowdraft/")
     assert listing.status_code == 200 and "chat (v1)" in listing.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "my\x00pipeline", "copy_default": True}, "name"),
+        ({"name": "my\ud800pipeline", "copy_default": True}, "name"),
+        ({"name": "x", "graph": {"name": "x", "nodes": [{"id": "a\x00"}]}}, "graph.nodes[0].id"),
+    ],
+)
+def test_text_no_database_can_store_is_refused_naming_the_field(staff_client: Client, body: Any, field: str) -> None:
+    response = staff_client.post(DRAFTS, json.dumps(body), content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "bad_request" and response.json()["error"]["field"] == field
+    assert not WorkflowDraft.objects.exists()
+
+
+def test_json_nested_far_too_deep_is_a_400(staff_client: Client) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    for url in ("/api/v1/rag/workflows/validate", DRAFTS):
+        response = staff_client.post(url, '{"graph": ' + deep + "}", content_type="application/json")
+        assert response.status_code == 400 and "nested deeper" in response.json()["error"]["message"]
+
+
+def test_a_huge_body_is_a_413_in_the_json_error_shape(staff_client: Client) -> None:
+    for size in (600 * 1024, 20 * 1024 * 1024):  # past this API's limit; past Django's upload limit
+        response = post_json(staff_client, DRAFTS, {"name": "x" * size})
+        assert response.status_code == 413 and response.json()["error"]["code"] == "bad_request"
+
+
+def test_ids_beyond_any_integer_column_are_a_400(staff_client: Client) -> None:
+    created = post_json(staff_client, DRAFTS, {"name": "mine", "copy_default": True}).json()
+    diff = staff_client.get(f"{DRAFTS}/{created['id']}/diff", {"a": str(10**30)})
+    assert diff.status_code == 400 and diff.json()["error"]["code"] == "bad_request"
+    restore = post_json(staff_client, f"{DRAFTS}/{created['id']}/restore", {"version": 10**30})
+    assert restore.status_code == 400
