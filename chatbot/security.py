@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from http.cookies import SimpleCookie
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 
@@ -102,6 +103,16 @@ def set_client_cookie(response: Any, client_hex: str, *, secure: bool = False) -
         samesite="Lax",
         secure=secure,
     )
+
+
+def client_ip_address(request: HttpRequest) -> str | None:
+    """The client's address: behind the TLS proxy (DJANGO_BEHIND_TLS_PROXY) the last X-Forwarded-For entry,
+    which nginx appends and a client cannot forge; else the peer address."""
+    if settings.SECURE_PROXY_SSL_HEADER:
+        forwarded = [part.strip() for part in request.headers.get("X-Forwarded-For", "").split(",") if part.strip()]
+        if forwarded:
+            return forwarded[-1]
+    return request.META.get("REMOTE_ADDR")
 
 
 def scope_is_secure(scope: Mapping[str, Any]) -> bool:

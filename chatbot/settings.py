@@ -6,6 +6,7 @@ ImproperlyConfigured naming the variable.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from chatbot.envconfig import (
@@ -54,6 +55,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "concurrency",
     "prompts",
     "rag",
@@ -73,7 +75,19 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- admin logins: django-axes refuses a username from one address after a few wrong passwords ----------------
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("AXES_COOLOFF_MINUTES", 15.0, minimum=0.1))
+# Per username and address: one address cannot guess a password, nor lock a staff member out from everywhere.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Behind nginx the peer is nginx itself; the client is the address nginx appended to X-Forwarded-For.
+AXES_CLIENT_IP_CALLABLE = "chatbot.security.client_ip_address"
 
 ROOT_URLCONF = "chatbot.urls"
 ASGI_APPLICATION = "chatbot.asgi.application"

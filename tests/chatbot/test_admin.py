@@ -38,3 +38,18 @@ def test_a_message_shows_whether_its_trace_was_exported(admin_client: Client, co
     answer = conversation.messages.get(role="assistant")
     page = admin_client.get(f"/admin/chatbot/message/{answer.pk}/change/").content.decode()
     assert "Trace exported" in page  # staff can tell why feedback on it re-sent the trace
+
+
+def test_wrong_admin_passwords_lock_the_username_out_of_that_address(django_user_model) -> None:
+    django_user_model.objects.create_user("ops", password="right-pass-123", is_staff=True, is_superuser=True)
+    attacker, colleague = Client(REMOTE_ADDR="203.0.113.9"), Client(REMOTE_ADDR="198.51.100.7")
+
+    def login(client: Client, password: str) -> int:
+        form = {"username": "ops", "password": password, "next": "/admin/"}
+        return client.post("/admin/login/?next=/admin/", form).status_code
+
+    answers = [login(attacker, f"guess-{n}") for n in range(30)]
+    assert answers[:4] == [200] * 4  # the login form again, with its error
+    assert set(answers[5:]) == {429}  # locked out after the fifth failure: nothing more is tried
+    assert login(attacker, "right-pass-123") == 429
+    assert login(colleague, "right-pass-123") == 302  # the same user from elsewhere still gets in

@@ -101,3 +101,11 @@ def test_json_content_type_is_accepted(value: bytes) -> None:
 def test_anything_else_is_refused_naming_what_was_sent(headers: list) -> None:
     with pytest.raises(security.UnsupportedContentType, match="Content-Type must be application/json"):
         security.require_json_content_type(headers)
+
+
+def test_the_client_address_is_the_one_the_proxy_appended_only_behind_the_proxy(settings) -> None:
+    request = RequestFactory().get("/", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="6.6.6.6, 203.0.113.9")
+    settings.SECURE_PROXY_SSL_HEADER = None
+    assert security.client_ip_address(request) == "127.0.0.1"  # a client's own X-Forwarded-For is not believed
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    assert security.client_ip_address(request) == "203.0.113.9"
