@@ -20,6 +20,7 @@ from django.conf import settings
 
 from chatbot.logcontext import conversation_id_var, request_id_var
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
+from concurrency.jsonio import JsonInputError, json_check
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.state import Turn
@@ -63,6 +64,10 @@ def ask_input_parse(payload: Any, *, backend: str | None, client_id: str) -> Ask
     """Check a decoded JSON request body. `backend` is fixed by the endpoint, or read from the payload."""
     if not isinstance(payload, dict):
         raise BadRequest("request body must be a JSON object")
+    try:
+        json_check(payload)  # text no encoder or database accepts (lone surrogates, NUL), absurd nesting
+    except JsonInputError as exc:
+        raise BadRequest(f"'{exc.field}' {exc.message}") from None
     question = payload.get("question")
     if question is None:
         raise BadRequest("'question' is required")

@@ -24,6 +24,7 @@ from django.conf import settings
 from chatbot.openai_api.errors import ApiError, api_error
 from chatbot.services import HISTORY_TURNS
 from chatbot.streaming import AskInput
+from concurrency.jsonio import JsonInputError, json_decode
 from rag.runtime import BACKENDS
 from rag.state import Turn
 
@@ -46,11 +47,12 @@ def _bad(message: str, param: str | None = None) -> ApiError:
 
 def body_decode(body: bytes) -> dict[str, Any]:
     try:
-        payload = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise _bad("request body is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise _bad(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        payload = json_decode(body)
+    except JsonInputError as exc:
+        # OpenAI's `param` names the top-level parameter; the message names the exact place.
+        param = exc.field.split(".", 1)[0].split("[", 1)[0]
+        message = exc.message if param == "body" else f"{exc.field} {exc.message}"
+        raise _bad(message, None if param == "body" else param) from None
     if not isinstance(payload, dict):
         raise _bad("request body must be a JSON object")
     return payload

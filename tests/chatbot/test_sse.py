@@ -109,6 +109,8 @@ BAD_BODIES = [
     pytest.param(
         ask_body("hi", conversation_id=str(uuid.uuid4())), "unknown conversation_id", id="unknown-conversation"
     ),
+    pytest.param(b'{"question": "x\\ud800y"}', "'question' contains a lone UTF-16 surrogate", id="surrogate"),
+    pytest.param(b'{"question": "x\\u0000y"}', "'question' contains a NUL character", id="nul"),
 ]
 
 

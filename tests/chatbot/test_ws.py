@@ -210,6 +210,8 @@ BAD_MESSAGES = [
         "unknown conversation_id",
         id="malformed-conversation",
     ),
+    pytest.param('{"type": "ask", "question": "x\\ud800y"}', "'question' contains a lone UTF-16", id="surrogate"),
+    pytest.param('{"type": "ask", "question": "x\\u0000y"}', "'question' contains a NUL", id="nul"),
 ]
 
 

@@ -140,6 +140,8 @@ async def test_earlier_turns_are_the_conversation_and_system_messages_are_ignore
         ),
         ({"model": "chat", "tools": [{"type": "function"}], "messages": QUESTION}, "tools", ""),
         ({"model": "chat", "messages": [{"role": "user", "content": "x" * 2001}]}, "messages", "the limit is 2000"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "x\ud800"}]}, "messages", "content contains a"),
+        ({"model": "chat", "messages": [{"role": "user", "content": "x\x00"}]}, "messages", "contains a NUL"),
     ],
 )
 async def test_bad_input_is_400_in_openai_shape_naming_the_problem_and_writes_nothing(
