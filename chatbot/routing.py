@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from channels.routing import ProtocolTypeRouter, URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
+from channels.security.websocket import WebsocketDenier
 from django.urls import path, re_path
 
+from chatbot import security
 from chatbot.consumers import AskStreamConsumer, ChatConsumer, StreamCancelConsumer, StreamResumeConsumer
 from chatbot.openai_api.consumers import ChatCompletionsConsumer, ModelsConsumer
 
@@ -22,6 +24,35 @@ def sse_path_for_backend(backend: str) -> str:
     return next("/" + route for route, name in ASK_STREAM_PATHS.items() if name == backend)
 
 
+class HostChecked:
+    """An HTTP consumer behind Django's Host check: a Host outside ALLOWED_HOSTS is a 400 (DNS rebinding, poisoned
+    absolute URLs), as Django's own views answer it; here in the one JSON error shape."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if security.scope_host(scope) is not None:
+            await self.app(scope, receive, send)
+            return
+        error = {"code": "bad_request", "message": "the Host header is not one this server answers to"}
+        await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": json.dumps({"error": error}).encode()})
+
+
+class OriginChecked:
+    """A WebSocket handshake is accepted only from this site's own origin (`security.websocket_origin_allowed`)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if security.websocket_origin_allowed(scope):
+            await self.app(scope, receive, send)
+        else:
+            await WebsocketDenier()(scope, receive, send)
+
+
 # Channels routes ASGI applications through django.urls.path, as its documentation does; the stubs cannot say so
 # (django-stubs types path() for Django views only, and types-channels wants a URL pattern type that no function
 # returns), hence the `type: ignore`s on the routes below.
@@ -32,23 +63,26 @@ def build_application(django_app: Any) -> ProtocolTypeRouter:
     """SSE endpoints to their consumer, other HTTP to Django, WebSocket behind the Origin check."""
     http_routes = [
         *(
-            path(route, AskStreamConsumer.as_asgi(backend=backend))  # type: ignore[arg-type]
+            path(route, HostChecked(AskStreamConsumer.as_asgi(backend=backend)))  # type: ignore[arg-type]
             for route, backend in ASK_STREAM_PATHS.items()
         ),
         # Resume an answer after Last-Event-ID, and stop one (for either backend: request ids are global).
-        path("api/v1/rag/ask/stream/<str:request_id>", StreamResumeConsumer.as_asgi()),  # type: ignore[arg-type]
-        path("api/v1/rag/ask/stream/<str:request_id>/cancel", StreamCancelConsumer.as_asgi()),  # type: ignore[arg-type]
+        path("api/v1/rag/ask/stream/<str:request_id>", HostChecked(StreamResumeConsumer.as_asgi())),  # type: ignore[arg-type]
+        path(
+            "api/v1/rag/ask/stream/<str:request_id>/cancel",
+            HostChecked(StreamCancelConsumer.as_asgi()),  # type: ignore[arg-type]
+        ),
         # The OpenAI-compatible API (chatbot.openai_api): base URL http://<host>/v1 for any OpenAI client.
-        path("v1/chat/completions", ChatCompletionsConsumer.as_asgi()),  # type: ignore[arg-type]
-        path("v1/models", ModelsConsumer.as_asgi()),  # type: ignore[arg-type]
-        path("v1/models/<str:model>", ModelsConsumer.as_asgi()),  # type: ignore[arg-type]
+        path("v1/chat/completions", HostChecked(ChatCompletionsConsumer.as_asgi())),  # type: ignore[arg-type]
+        path("v1/models", HostChecked(ModelsConsumer.as_asgi())),  # type: ignore[arg-type]
+        path("v1/models/<str:model>", HostChecked(ModelsConsumer.as_asgi())),  # type: ignore[arg-type]
     ]
     return ProtocolTypeRouter(
         {
             "http": URLRouter([*http_routes, re_path(r"", django_app)]),  # type: ignore[list-item]
             # Browsers send Origin on every WebSocket handshake and never enforce same-origin for it themselves:
             # without this check any site could open a socket with the visitor's cookie (cross-site WebSocket
-            # hijacking). Hosts come from ALLOWED_HOSTS.
-            "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),  # type: ignore[arg-type]
+            # hijacking). The origin must be this site's own: scheme, host (one of ALLOWED_HOSTS) and port.
+            "websocket": OriginChecked(URLRouter(websocket_urlpatterns)),  # type: ignore[arg-type]
         }
     )

@@ -13,10 +13,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from http.cookies import SimpleCookie
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest
 from django.http.cookie import parse_cookie
+from django.http.request import split_domain_port, validate_host
 
 CLIENT_COOKIE = "hc_client"
 CLIENT_HEADER = "x-client-id"
@@ -116,7 +118,50 @@ def client_ip_address(request: HttpRequest) -> str | None:
 
 
 def scope_is_secure(scope: Mapping[str, Any]) -> bool:
-    return scope.get("scheme") in ("https", "wss")
+    """https/wss, from the scope or, behind the TLS proxy (DJANGO_BEHIND_TLS_PROXY), from X-Forwarded-Proto."""
+    if scope.get("scheme") in ("https", "wss"):
+        return True
+    if not settings.SECURE_PROXY_SSL_HEADER:
+        return False
+    proto = header_value(scope.get("headers") or [], "x-forwarded-proto") or ""
+    return proto.split(",", 1)[0].strip().lower() == "https"
+
+
+def scope_host(scope: Mapping[str, Any]) -> str | None:
+    """The request's Host when it is one of ALLOWED_HOSTS (lower case, port kept), else None. Django's views
+    make this check themselves; the Channels consumers get it here."""
+    host = (header_value(scope.get("headers") or [], "host") or "").strip().lower()
+    domain, _port = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return None
+    return host
+
+
+def _origin_key(url: str) -> tuple[str, str, int] | None:
+    parts = urlsplit(url.strip().lower())
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def websocket_origin_allowed(scope: Mapping[str, Any]) -> bool:
+    """A WebSocket handshake from this site's own pages: its Origin has the scheme, host and port the request
+    came to (an allowed Host), or is one of CSRF_TRUSTED_ORIGINS. Browsers always send Origin; no Origin, no
+    socket. Comparing host names alone would let any other port of the same host (another app) in."""
+    origin = header_value(scope.get("headers") or [], "origin")
+    host = scope_host(scope)
+    if not origin or host is None:
+        return False
+    wanted = _origin_key(origin)
+    if wanted is None:
+        return False
+    own = _origin_key(f"{'https' if scope_is_secure(scope) else 'http'}://{host}")
+    trusted = {_origin_key(value) for value in settings.CSRF_TRUSTED_ORIGINS}
+    return wanted == own or wanted in trusted
 
 
 def require_json_content_type(headers: Headers) -> None:

@@ -10,6 +10,7 @@ from channels.testing import ApplicationCommunicator, WebsocketCommunicator
 from rag.events import TERMINAL_CHANNELS
 
 ORIGIN = (b"origin", b"http://localhost")
+HOST = (b"host", b"localhost")
 # The first question of a test run opens the store and compiles the graph; later ones take milliseconds.
 FIRST_EVENT_TIMEOUT = 20.0
 EVENT_TIMEOUT = 5.0
@@ -22,7 +23,7 @@ def application() -> Any:
 
 
 def ws_communicator(*headers: tuple[bytes, bytes], origin: bool = True) -> WebsocketCommunicator:
-    all_headers = [ORIGIN, *headers] if origin else list(headers)
+    all_headers = [HOST, ORIGIN, *headers] if origin else [HOST, *headers]
     return WebsocketCommunicator(application(), "/ws/chat/", headers=all_headers)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -16,7 +17,9 @@ from tests.chatbot.helpers import (
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
     JSON_CONTENT,
+    application,
     ask_body,
+    http_scope,
     parse_sse,
     sse_request,
     sse_start,
@@ -134,6 +137,22 @@ async def test_a_body_not_declared_json_is_refused(headers: list) -> None:
     response = await sse_request(STREAM, ask_body("How do I reset my password?"), headers=headers)
     assert response.status == 415
     assert "Content-Type must be application/json" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", STREAM), ("GET", STREAM + "/abc"), ("POST", STREAM + "/abc/cancel"), ("GET", "/v1/models")],
+)
+async def test_a_host_outside_allowed_hosts_is_a_400_as_in_django_views(method: str, path: str) -> None:
+    scope = http_scope(method, path, headers=[JSON_CONTENT])
+    scope["headers"] = [(b"host", b"evil.example"), *scope["headers"][1:]]
+    communicator = ApplicationCommunicator(application(), scope)
+    await communicator.send_input({"type": "http.request", "body": ask_body("How do I reset my password?")})
+    start = await communicator.receive_output(timeout=EVENT_TIMEOUT)
+    body = await communicator.receive_output(timeout=EVENT_TIMEOUT)
+    assert start["status"] == 400 and json.loads(body["body"])["error"]["code"] == "bad_request"
+    await pending_records()
+    assert await Message.objects.acount() == 0
 
 
 async def test_get_is_not_allowed() -> None:

@@ -275,12 +275,27 @@ async def test_the_client_cookie_lets_a_new_socket_continue_a_conversation() -> 
     [
         pytest.param([(b"origin", b"http://evil.example")], id="foreign-origin"),
         pytest.param([], id="no-origin"),
+        pytest.param([(b"origin", b"http://localhost:9999")], id="another-port"),
+        pytest.param([(b"origin", b"https://localhost")], id="another-scheme"),
+        pytest.param([(b"origin", b"http://localhost"), (b"host", b"evil.example")], id="foreign-host"),
     ],
 )
 async def test_the_origin_check_refuses_other_sites(headers: list) -> None:
-    communicator = WebsocketCommunicator(application(), "/ws/chat/", headers=headers)
+    host = [] if any(name == b"host" for name, _ in headers) else [(b"host", b"localhost")]
+    communicator = WebsocketCommunicator(application(), "/ws/chat/", headers=[*host, *headers])
     connected_ok, _ = await communicator.connect()
     assert not connected_ok
+
+
+@pytest.mark.parametrize(
+    ("host", "origin"),
+    [(b"localhost", b"http://localhost"), (b"localhost:8000", b"http://localhost:8000"), (b"[::1]", b"http://[::1]")],
+)
+async def test_the_sites_own_origin_is_accepted(host: bytes, origin: bytes) -> None:
+    communicator = WebsocketCommunicator(application(), "/ws/chat/", headers=[(b"host", host), (b"origin", origin)])
+    connected_ok, _ = await communicator.connect()
+    assert connected_ok
+    await communicator.disconnect()
 
 
 # --- through the LLM simulator and the process concurrency manager -------------------------------------------
