@@ -5,8 +5,8 @@ a question; `GET /api/v1/rag/ask/stream/<request_id>` resumes an answer after `L
 The ask body may carry `"on_disconnect": "cancel" | "continue"`: `cancel` (the default) frees the LLM slot as
 soon as the connection is lost; `continue` lets the answer finish and keeps its events for a resume. A resume
 answers 200 with the missed events (live until the terminal one), 204 when the client already has the terminal
-event (which also tells an EventSource to stop reconnecting), 403 for another client's request, 410 when the
-stream has expired (or was never seen), 400 for a `Last-Event-ID` that is not a seq of the stream.
+event (which also tells an EventSource to stop reconnecting), 410 when the stream has expired, was never seen or
+is another client's (one answer, so ids cannot be probed), 400 for a `Last-Event-ID` that is not a seq of it.
 
 While the worker drains before it stops (`chatbot.drain`), an ask (and a resume of a stream not running here) is
 refused with 503 + Retry-After and the error code `unavailable`; a stream still running when the drain window

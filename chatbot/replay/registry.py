@@ -116,13 +116,16 @@ class StreamRegistry:
                     complete = last["channel"] in ("meta_summary", "error") and after_seq >= last["seq"]
                     events = self.store.tail(request_id, after_seq, idle_seconds=REMOTE_IDLE_SECONDS)
                     return Resumption(request_id, events, None, complete)
-        raise ResumeRefused(
+        raise self._unknown(request_id)
+
+    def _unknown(self, request_id: str) -> ResumeRefused:
+        return ResumeRefused(
             410,
             f"stream {request_id} expired or is unknown: events are kept for {self.retention_seconds:g} s "
             "after an answer ends",
         )
 
-    @staticmethod
-    def _check_owner(request_id: str, owner: str, client_id: str) -> None:
+    def _check_owner(self, request_id: str, owner: str, client_id: str) -> None:
+        # Another client's stream is answered as an unknown one: a resume must not reveal that an id exists.
         if owner != client_id:
-            raise ResumeRefused(403, f"stream {request_id} belongs to another client")
+            raise self._unknown(request_id)

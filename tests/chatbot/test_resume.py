@@ -189,26 +189,28 @@ async def test_events_expire_after_the_retention_window() -> None:
     await communicator.disconnect()
 
 
-async def test_another_clients_stream_is_refused() -> None:
+async def test_another_clients_stream_is_refused_exactly_as_an_unknown_one() -> None:
     owner = client_cookie()
     first = await sse_request(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, owner])
     request_id = first.events()[0]["request_id"]
+    unknown_id = uuid.uuid4().hex
 
     stranger = client_cookie()
     refused = await sse_request(resume_path(request_id), b"", headers=[stranger], method="GET")
-    assert refused.status == 403
-    assert refused.json()["error"] == {
-        "code": "bad_request",
-        "message": f"stream {request_id} belongs to another client",
-    }
+    never_seen = await sse_request(resume_path(unknown_id), b"", headers=[stranger], method="GET")
+    assert refused.status == never_seen.status == 410
+    assert refused.json()["error"]["message"] == never_seen.json()["error"]["message"].replace(unknown_id, request_id)
     no_cookie = await sse_request(resume_path(request_id), b"", headers=[], method="GET")
-    assert no_cookie.status == 403
+    assert no_cookie.status == 410
 
     communicator = ws_communicator(stranger)
     assert (await communicator.connect())[0]
-    await communicator.send_json_to({"type": "resume", "request_id": request_id, "last_seq": 0})
-    event = await communicator.receive_json_from(timeout=EVENT_TIMEOUT)
-    assert event["code"] == "bad_request" and "belongs to another client" in event["message"]
+    answers = []
+    for rid in (request_id, unknown_id):
+        await communicator.send_json_to({"type": "resume", "request_id": rid, "last_seq": 0})
+        event = await communicator.receive_json_from(timeout=EVENT_TIMEOUT)
+        answers.append((event["channel"], event["code"], event["message"].replace(rid, "<id>")))
+    assert answers[0] == answers[1] and answers[0][1] == "bad_request"
     await communicator.receive_nothing()
     await communicator.disconnect()
 
@@ -374,7 +376,7 @@ async def test_another_worker_resumes_through_redis(slow_answers: None, redis_st
     client_id = "anon:" + cookie[1].decode().split("=", 1)[1]
     request_id = before[0]["request_id"]
 
-    with pytest.raises(replay.ResumeRefused, match="belongs to another client"):
+    with pytest.raises(replay.ResumeRefused, match="expired or is unknown"):  # as an unknown id is answered
         await other_worker.resume(request_id, client_id="anon:" + uuid.uuid4().hex, after_seq=0)
     resumption = await other_worker.resume(request_id, client_id=client_id, after_seq=before[-1]["seq"])
     assert resumption.local is None
