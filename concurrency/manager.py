@@ -53,6 +53,10 @@ DEFAULT_LIMITS: Mapping[str, int] = {"default": 8, "chat": 8, "responses": 8, "e
 # How long a computed retry_after estimate is reused: under overload every rejected call needs one,
 # and sorting the wait window for each would make shedding load cost more than serving it.
 _RETRY_AFTER_CACHE_S = 0.5
+# retry_after from the queue: the latest calls' hold times (within the horizon), and the longest advice given.
+_HOLD_SAMPLES = 50
+_HOLD_HORIZON_S = 60.0
+_RETRY_AFTER_MAX_S = 300.0
 # Lazy deletion leaves dead waiters in the deque/heaps; rebuild once they outnumber live ones.
 _COMPACT_SLACK = 64
 # asyncio runs a timer up to one clock tick early (see BaseEventLoop._run_once); treat such a deadline
@@ -101,6 +105,7 @@ class _Backend:
     __slots__ = (
         "deadlines",
         "heap",
+        "holds",
         "in_progress",
         "limit",
         "name",
@@ -142,6 +147,8 @@ class _Backend:
         self.window = window
         self.samples = window.samples  # fast-path alias
         self.retry_cache: tuple[float, float] | None = None  # (computed_at, seconds)
+        # (released_at, seconds held) of the latest calls: how long a permit is held, for retry_after.
+        self.holds: deque[tuple[float, float]] = deque(maxlen=_HOLD_SAMPLES)
 
 
 def _check_limit(backend: str, n: int) -> int:
@@ -169,13 +176,14 @@ class LLMPermit:
     ``waited_s`` is how long the permit took to obtain (0.0 when one was free).
     """
 
-    __slots__ = ("_backend", "_held", "_manager", "_timeout", "waited_s")
+    __slots__ = ("_backend", "_held", "_manager", "_since", "_timeout", "waited_s")
 
     def __init__(self, manager: LLMConcurrencyManager, backend: _Backend, timeout: float | None) -> None:
         self._manager = manager
         self._backend = backend
         self._timeout = timeout
         self._held = False
+        self._since = 0.0
         self.waited_s = 0.0
 
     @property
@@ -198,6 +206,7 @@ class LLMPermit:
         else:
             self.waited_s = await m._acquire_slow(b, self._timeout)
         self._held = True
+        self._since = m._clock()
         return self
 
     async def __aexit__(
@@ -221,6 +230,8 @@ class LLMPermit:
             raise RuntimeError(f"LLM backend {b.name!r}: release without a matching acquire")
         b.in_progress -= 1
         b.total_released += 1
+        now = self._manager._clock()
+        b.holds.append((now, now - self._since))
         if b.waiting:
             self._manager._wake(b)
 
@@ -487,13 +498,17 @@ class LLMConcurrencyManager:
             heapq.heapify(b.deadlines)
 
     def _retry_after(self, b: _Backend) -> float:
-        """Estimate for BusyError.retry_after: p90 of recent waits, between 1 s and acquire_timeout."""
+        """Estimate for BusyError.retry_after: the work queued ahead of a new caller, (waiters + 1) x the mean
+        time a recent call held its permit / limit (the one more is the caller's own turn); p90 of recent waits
+        when no call finished lately. Between 1 s and _RETRY_AFTER_MAX_S."""
         now = self._clock()
         cached = b.retry_cache
         if cached is not None and now - cached[0] < _RETRY_AFTER_CACHE_S:
             return cached[1]
-        estimate = b.window.summary(now)["p90"]
-        value = min(max(estimate, 1.0), max(self._acquire_timeout, 1.0))
+        holds = [held for released, held in b.holds if now - released <= _HOLD_HORIZON_S]
+        queued = (b.waiting + 1) * (sum(holds) / len(holds)) / b.limit if holds else 0.0
+        estimate = queued if holds else b.window.summary(now)["p90"]
+        value = min(max(estimate, 1.0), _RETRY_AFTER_MAX_S)
         b.retry_cache = (now, value)
         return value
 

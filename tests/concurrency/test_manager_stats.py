@@ -147,6 +147,28 @@ async def test_retry_after_is_estimated_from_recent_waits() -> None:
     await release(second)
 
 
+async def test_retry_after_is_the_work_queued_ahead_waiters_times_call_time_over_limit() -> None:
+    clock = FakeClock()
+    m = LLMConcurrencyManager({"b": 2}, max_waiters=4, acquire_timeout=60.0, clock=clock)
+    first, second = await hold(m), await hold(m)
+    clock.advance(2.5)
+    await release(first)
+    await release(second)  # recent calls held their permit 2.5 s
+    holders = [await hold(m), await hold(m)]
+    waiters = [asyncio.create_task(hold(m)) for _ in range(4)]
+    await settle()
+    clock.advance(1.0)  # past the estimate's cache
+    with pytest.raises(BusyError) as info:
+        async with m.acquire("b"):
+            pass
+    assert info.value.reason == "rejected"
+    assert info.value.retry_after == 7.0  # (4 waiters + this caller) x 2.5 s / 2 permits = 6.25 s, rounded up
+    for permit in holders:
+        await release(permit)
+    for task in waiters:  # in arrival order: each gets a permit once one ahead of it is released
+        await release(await task)
+
+
 async def test_retry_after_is_at_least_one_second() -> None:
     m = LLMConcurrencyManager({"b": 1}, max_waiters=0)
     async with m.acquire("b"):
