@@ -145,9 +145,9 @@ class ChatExchange:
                         await self._recorded_before_terminal()
                     yield event
         finally:
+            self._record_later()  # before the reset: the recording task's log lines carry the ids too
             request_id_var.reset(request_token)
             conversation_id_var.reset(conversation_token)
-            self._record_later()
 
     async def _recorded_before_terminal(self) -> None:
         self._record_later()
@@ -215,18 +215,25 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
             )
         except UnknownConversation as exc:
             raise BadRequest(str(exc)) from None
-    run = await get_runtime().start(
-        AskRequest(
-            question=ask.question,
-            backend=ask.backend,
-            conversation_id=context.conversation_id,
-            # The guard limits a client id; an empty one is not limited there.
-            client_id=ask.client_id if ask.client_rate_limited else "",
-            history=context.history,
-            summary=context.summary,
-            degraded_allowed=ask.degraded_allowed,
-        )
+    request = AskRequest(
+        question=ask.question,
+        backend=ask.backend,
+        conversation_id=context.conversation_id,
+        # The guard limits a client id; an empty one is not limited there.
+        client_id=ask.client_id if ask.client_rate_limited else "",
+        history=context.history,
+        summary=context.summary,
+        degraded_allowed=ask.degraded_allowed,
     )
+    # The pipeline's task copies the context when it is created (in start): the ids must be set by then, or
+    # every log line of the pipeline says [req=- conv=-].
+    request_token = request_id_var.set(request.request_id)
+    conversation_token = conversation_id_var.set(context.conversation_id)
+    try:
+        run = await get_runtime().start(request)
+    finally:
+        request_id_var.reset(request_token)
+        conversation_id_var.reset(conversation_token)
     return ChatExchange(ask, run, conversation_id=context.conversation_id)
 
 
