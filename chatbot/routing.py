@@ -11,6 +11,7 @@ from django.urls import path, re_path
 
 from chatbot import security
 from chatbot.consumers import AskStreamConsumer, ChatConsumer, StreamCancelConsumer, StreamResumeConsumer
+from chatbot.daphne_options import websocket_close_frames_on_protocol_errors
 from chatbot.openai_api.consumers import ChatCompletionsConsumer, ModelsConsumer
 
 ASK_STREAM_PATHS = {
@@ -61,6 +62,7 @@ websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]  # type: igno
 
 def build_application(django_app: Any) -> ProtocolTypeRouter:
     """SSE endpoints to their consumer, other HTTP to Django, WebSocket behind the Origin check."""
+    websocket_close_frames_on_protocol_errors()
     http_routes = [
         *(
             path(route, HostChecked(AskStreamConsumer.as_asgi(backend=backend)))  # type: ignore[arg-type]
