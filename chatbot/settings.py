@@ -189,6 +189,8 @@ LLM_RPM_LIMIT = env_int("LLM_RPM_LIMIT", 0, minimum=0)  # requests per minute pe
 LLM_RETRY_MAX_ATTEMPTS = env_int("LLM_RETRY_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 LLM_RETRY_BASE_SECONDS = env_float("LLM_RETRY_BASE_SECONDS", 1.0, minimum=0.0)
 LLM_RETRY_MAX_SECONDS = env_float("LLM_RETRY_MAX_SECONDS", 60.0, minimum=0.0)
+# No retry of an LLM call starts later than this after its first attempt (within LLM_REQUEST_TIMEOUT).
+LLM_RETRY_BUDGET_SECONDS = env_float("LLM_RETRY_BUDGET_SECONDS", 20.0, minimum=0.0)
 # A token that lets scripts read the concurrency APIs without a staff session (empty = staff sessions only).
 CONCURRENCY_API_TOKEN = env_str("CONCURRENCY_API_TOKEN")
 

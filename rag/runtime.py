@@ -110,7 +110,13 @@ class PipelineRun:
         self.start()
         try:
             while True:
-                event = await self.channel.get(self._idle_timeout)
+                try:
+                    event = await self.channel.get(self._idle_timeout)
+                except TimeoutError:
+                    # Silent for longer than any step may take: end the stream with its one terminal (a second
+                    # one from the pipeline is ignored) rather than raising into the transport.
+                    self.writer.fail("timeout", f"the answer made no progress for {self._idle_timeout:g} s")
+                    continue
                 yield event
                 if event["channel"] in ("meta_summary", "error"):
                     return

@@ -100,6 +100,10 @@ def llm_config_from_settings() -> Any:
     )
 
 
+# The call policy's own errors come first: the event wait ends a request only when the policy could not.
+IDLE_MARGIN_SECONDS = 5.0
+
+
 def call_policy_config_from_settings() -> Any:
     from rag.llm import CallPolicyConfig
 
@@ -109,7 +113,16 @@ def call_policy_config_from_settings() -> Any:
         backoff_base=settings.LLM_RETRY_BASE_SECONDS,
         backoff_max=settings.LLM_RETRY_MAX_SECONDS,
         retry_after_cap=settings.LLM_RETRY_AFTER_CAP,
+        retry_budget=settings.LLM_RETRY_BUDGET_SECONDS,
     )
+
+
+def pipeline_idle_timeout() -> float:
+    """How long a request's event stream may stay silent before the runtime ends it with `timeout`. It must
+    outlast the longest step that sends nothing: one LLM call, retries included, which its total deadline
+    bounds (LLM_REQUEST_TIMEOUT); or a retrieval. Shorter, and a slow or failing LLM call would be cut off by
+    the event wait before the call policy could end it with its own error (upstream_error, busy)."""
+    return max(settings.LLM_REQUEST_TIMEOUT, settings.RAG_RETRIEVAL_TIMEOUT) + IDLE_MARGIN_SECONDS
 
 
 def build_llm_backend() -> Any:
@@ -383,6 +396,7 @@ def get_runtime() -> PipelineRuntime:
                 deps_factory=build_deps,
                 default_workflow=default_workflow(),
                 stream_timeout=settings.RAG_STREAM_TIMEOUT,
+                idle_timeout=pipeline_idle_timeout(),
             )
             register_stats_provider("graph_cache", _runtime.graph_cache.stats)
             register_stats_provider("telemetry_sampler", lambda: get_telemetry().stats())

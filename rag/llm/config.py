@@ -96,6 +96,9 @@ class CallPolicyConfig:
     # A server asking us to wait longer than this (Retry-After) is not waited for: the call fails at once with
     # the server's retry_after, so the user hears "busy, retry in N s" rather than staring at a spinner.
     retry_after_cap: float = 30.0
+    # Seconds from a call's first attempt after which no retry starts: an LLM that fails every call ends the
+    # request with upstream_error (or busy) while the user still waits, not after the whole call deadline.
+    retry_budget: float = 20.0
     # Seconds to wait for a concurrency slot; None = the manager's own acquire_timeout. Always capped by the
     # remaining total deadline.
     acquire_timeout: float | None = None
@@ -107,8 +110,8 @@ class CallPolicyConfig:
             if limit < 0:
                 raise ValueError(f"rpm[{backend!r}] must be >= 0 (0 = unlimited), got {limit}")
         _positive("rpm_window", self.rpm_window)
-        if self.backoff_base < 0 or self.backoff_max < 0 or self.retry_after_cap < 0:
-            raise ValueError("backoff_base, backoff_max and retry_after_cap must be >= 0")
+        if self.backoff_base < 0 or self.backoff_max < 0 or self.retry_after_cap < 0 or self.retry_budget < 0:
+            raise ValueError("backoff_base, backoff_max, retry_after_cap and retry_budget must be >= 0")
         if self.acquire_timeout is not None and self.acquire_timeout < 0:
             raise ValueError(f"acquire_timeout must be >= 0, got {self.acquire_timeout}")
 

@@ -8,7 +8,8 @@ Per call (streaming or not):
 3. Run the attempt. Retry 429, 408, 5xx, SDK timeouts and connection errors with exponential backoff and full
    jitter, honouring ``Retry-After`` (wait max(backoff, retry_after)); the slot is released before sleeping,
    so a backing-off call never blocks a call that could run. A Retry-After beyond ``retry_after_cap`` or
-   beyond the deadline fails at once, carrying the server's retry_after.
+   beyond the deadline fails at once, carrying the server's retry_after. No retry starts after ``retry_budget``
+   seconds from the first attempt (nor past the deadline): an LLM failing every call ends the request soon.
 4. Never retry once a delta has been handed to the caller (the user has seen it): any later failure ends the
    call at once. A first-token timeout is not retried either: the server accepted the request and then said
    nothing, which is overload or a stuck engine, and a second wait of the same length would double the user's
@@ -221,8 +222,12 @@ class CallPolicy:
             raise _final_error(label, failure, attempt, "server asked for a longer wait than allowed")
         delay = max(self.backoff(attempt), failure.retry_after or 0.0)
         if asyncio.get_running_loop().time() + delay >= deadline:
-            raise _final_error(label, failure, attempt, "no time left before the deadline")
+            raise _final_error(label, failure, attempt, "no time left in the call's retry budget")
         return delay
+
+    def _retry_deadline(self, begun: float, deadline: float) -> float:
+        """No retry starts past this: the retry budget from the first attempt, within the call's deadline."""
+        return min(deadline, begun + self.config.retry_budget)
 
     def _log_attempt(
         self, label: CallLabel, attempt: int, outcome: str, started: float, failure: _Failure | None = None
@@ -258,6 +263,7 @@ class CallPolicy:
         """Run ``attempt_fn`` (one upstream request) under the policy; the attempt may take the whole deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + total_timeout
+        retry_deadline = self._retry_deadline(loop.time(), deadline)
         attempt = 0
         while True:
             attempt += 1
@@ -279,7 +285,7 @@ class CallPolicy:
                 raise self._busy(label, exc) from None
             except _AttemptFailed as failed:
                 self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
-                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, deadline))
+                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, retry_deadline))
                 continue
             self._log_attempt(label, attempt, "ok", started)
             return result
@@ -300,6 +306,7 @@ class CallPolicy:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeouts.total
+        retry_deadline = self._retry_deadline(loop.time(), deadline)
         attempt = 0
         while True:
             attempt += 1
@@ -321,7 +328,7 @@ class CallPolicy:
             except _AttemptFailed as failed:
                 self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
                 # Out of the slot's block: the slot is already released while we sleep.
-                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, deadline))
+                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, retry_deadline))
 
     async def _attempt(
         self,

@@ -49,3 +49,27 @@ async def test_closing_the_event_iterator_early_cancels_the_pipeline_task() -> N
     await events.aclose()
     await asyncio.sleep(0)
     assert run.done
+
+
+async def test_a_pipeline_silent_past_the_event_wait_ends_with_one_timeout_terminal() -> None:
+    runtime = PipelineRuntime(
+        registry=build_registry(),
+        deps_factory=lambda: PipelineDeps(retriever=InMemoryRetriever(delay=30.0)),
+        default_workflow=default_workflow(),
+        idle_timeout=0.3,
+    )
+    run = await runtime.start(AskRequest(question="How do I reset my password?"))
+    events = [event async for event in run.events()]  # raised TimeoutError into the transport before
+    terminals = [e for e in events if e["channel"] in ("meta_summary", "error")]
+    assert terminals == [events[-1]] and events[-1]["code"] == "timeout"
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert run.done
+
+
+def test_the_event_wait_outlasts_an_llm_call_and_its_retries(settings) -> None:
+    from rag import wiring
+
+    settings.LLM_REQUEST_TIMEOUT = 90.0
+    settings.LLM_RETRY_BUDGET_SECONDS = 20.0
+    assert wiring.pipeline_idle_timeout() > settings.LLM_REQUEST_TIMEOUT > settings.LLM_RETRY_BUDGET_SECONDS
+    assert wiring.call_policy_config_from_settings().retry_budget == 20.0

@@ -57,6 +57,28 @@ async def test_server_errors_are_retried_max_attempts_times_then_upstream_error(
     assert await upstream_attempts(sim) == 4
 
 
+async def test_an_llm_failing_every_call_ends_within_the_retry_budget_as_upstream_error(
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+) -> None:
+    await sim.afaults(rate_500=1.0)
+    started = time.monotonic()
+    with pytest.raises(UpstreamError, match="retry budget"):
+        await stream_all(make_backend(max_attempts=1000, backoff_base=0.1, backoff_max=0.1, retry_budget=1.0))
+    assert time.monotonic() - started < 5.0  # the call's deadline is 20 s; the budget ends it after ~1 s
+    assert 2 <= attempts.count < 1000
+
+
+async def test_a_429_on_every_call_ends_within_the_retry_budget_as_busy_with_retry_after(
+    make_backend: BackendFactory, sim: SimulatorProcess
+) -> None:
+    await sim.afaults(rate_429=1.0, retry_after=2)
+    started = time.monotonic()
+    with pytest.raises(Busy) as busy:
+        await stream_all(make_backend(retry_budget=3.0))
+    assert time.monotonic() - started < 8.0
+    assert busy.value.retry_after == 2.0
+
+
 async def test_complete_and_embed_are_retried_too(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
