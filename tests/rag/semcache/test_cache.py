@@ -237,3 +237,49 @@ async def test_entries_are_tagged_with_the_answer_prompts_production_version():
 
     # the catalogue default is version 0; the registry serves the version holding the production label
     assert await registry_prompt_version(CataloguePrompts())() == "unified-agent-system@0"
+
+
+class StalledNetworkEmbedder:
+    """A network embedder whose server has stalled: its async call waits until released; its sync one must never
+    be called from a lookup (it would hold a thread for the whole round trip)."""
+
+    def __init__(self, inner, expected_waiters):
+        self.inner = inner
+        self.name, self.dim = inner.name, inner.dim
+        self.release = asyncio.Event()
+        self.all_waiting = asyncio.Event()
+        self.expected_waiters = expected_waiters
+        self.waiting = 0
+        self.sync_calls = 0
+
+    def embed_documents(self, texts):
+        self.sync_calls += 1
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text):
+        self.sync_calls += 1
+        return self.inner.embed_query(text)
+
+    async def aembed_documents(self, texts):
+        return [await self.aembed_query(text) for text in texts]
+
+    async def aembed_query(self, text):
+        self.waiting += 1
+        if self.waiting == self.expected_waiters:
+            self.all_waiting.set()
+        await self.release.wait()
+        return self.inner.embed_query(text)
+
+
+async def test_a_stalled_network_embedder_holds_no_thread_while_lookups_wait(semantic_cache):
+    await remember(semantic_cache, "如何重設密碼？")
+    stalled = StalledNetworkEmbedder(semantic_cache.embedder, expected_waiters=50)
+    semantic_cache.embedder = stalled
+    lookups = [asyncio.create_task(semantic_cache.lookup("密碼要怎麼重設", language="zh-hant")) for _ in range(50)]
+    await asyncio.wait_for(stalled.all_waiting.wait(), timeout=10.0)
+    # Fifty lookups wait on the embedding server, yet the default executor still runs work at once.
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), timeout=2.0) == "free"
+    stalled.release.set()
+    entries = await asyncio.gather(*lookups)
+    assert all(entry is not None and entry["answer"] == ANSWER for entry in entries)
+    assert stalled.sync_calls == 0
