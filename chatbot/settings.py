@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from csp.constants import NONCE, NONE, SELF
+
 from chatbot.envconfig import (
     database_from_env,
     env,
@@ -56,6 +58,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "axes",
+    "csp",
     "concurrency",
     "prompts",
     "rag",
@@ -75,9 +78,29 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]
+
+# --- Content-Security-Policy (django-csp) on every page Django serves: the chat page and the admin -----------------
+# Scripts only from this site's files (an inline one needs the request's nonce), so injected markup cannot run
+# code; styles may be inline (the admin's style attributes), which cannot run code. `connect-src 'self'` covers
+# the page's fetches, SSE and its same-origin WebSocket.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, "'unsafe-inline'"],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 # --- admin logins: django-axes refuses a username from one address after a few wrong passwords ----------------
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]

@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_safe
 
 from chatbot import readiness, security
 from chatbot.selectors import conversation_list, conversation_messages
+from concurrency.jsonio import json_error
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +34,6 @@ def _with_client_cookie(request: HttpRequest, response: HttpResponse, client_hex
     if is_new:
         security.set_client_cookie(response, client_hex, secure=request.is_secure())
     return response
-
-
-def _json_error(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
 @require_GET
@@ -93,7 +90,7 @@ def conversation_detail_api(request: HttpRequest, conversation_id: uuid.UUID) ->
     messages = conversation_messages(conversation_id=str(conversation_id), client_id=client_id)
     if messages is None:
         # Someone else's conversation looks exactly like a missing one, so ids cannot be probed.
-        return _json_error(404, "not_found", f"unknown conversation {conversation_id}")
+        return json_error(404, "not_found", f"unknown conversation {conversation_id}")
     return JsonResponse({"id": str(conversation_id), "messages": messages})
 
 

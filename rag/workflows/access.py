@@ -13,6 +13,8 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from concurrency.jsonio import json_error
+
 CHANGE_PERMISSION = "rag_workflows.change_workflowdraft"
 
 View = Callable[..., HttpResponse]
@@ -24,7 +26,7 @@ def is_staff(user: Any) -> bool:
 
 
 def forbidden(message: str = "staff session required") -> JsonResponse:
-    return JsonResponse({"error": {"code": "forbidden", "message": message}}, status=403)
+    return json_error(403, "forbidden", message)
 
 
 def staff_api(*, change: bool = False) -> Callable[[Any], Any]:

@@ -211,3 +211,13 @@ def test_the_chat_script_is_served(client: Client) -> None:
     from django.contrib.staticfiles import finders
 
     assert finders.find("chat/chat.js") and finders.find("chat/chat.css")
+
+
+@pytest.mark.parametrize("path", ["/", "/admin/login/"])
+def test_pages_carry_a_content_security_policy_that_runs_only_our_scripts(client: Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 200
+    policy = dict(part.strip().split(" ", 1) for part in response["Content-Security-Policy"].split(";"))
+    assert policy["default-src"] == "'self'" and policy["object-src"] == "'none'"
+    assert "'unsafe-inline'" not in policy["script-src"] and "'unsafe-eval'" not in policy["script-src"]
+    assert policy["frame-ancestors"] == "'none'" and policy["connect-src"] == "'self'"

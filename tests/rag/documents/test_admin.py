@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,9 @@ def test_a_job_page_follows_progress_and_cancels(staff: Client, configured: Path
     assert page.status_code == 200
     assert f'data-status-url="/api/v1/rag/index-jobs/{job.pk}"' in html
     assert 'value="25"' in html and "Cancel job" in html
+    # Its one inline script carries the nonce the Content-Security-Policy allows (no other inline script runs).
+    nonce = re.search(r"script-src [^;]*'nonce-([^']+)'", page["Content-Security-Policy"])
+    assert nonce is not None and html.count("<script>") == 0 and f'<script nonce="{nonce.group(1)}">' in html
     listing = staff.get("/admin/rag_documents/indexjob/")
     assert 'http-equiv="refresh"' in listing.content.decode()  # the list refreshes while jobs run
     response = staff.post(f"/admin/rag_documents/indexjob/{job.pk}/cancel/")
