@@ -200,7 +200,15 @@ WIRE_TAP = """
   const record = (text) => {
     for (const chunk of String(text).split("\\n")) {
       const json = chunk.startsWith("data: ") ? chunk.slice(6) : chunk;
-      try { const e = JSON.parse(json); if (typeof e.seq === "number") window.__seqs.push([e.request_id, e.seq]); }
+      try {
+        const e = JSON.parse(json);
+        if (typeof e.seq === "number") {
+          window.__seqs.push([e.request_id, e.seq]);
+          // A DOM mark the tests can wait for with a locator (waiting on a JS expression is eval, which the
+          // page's Content-Security-Policy forbids).
+          document.documentElement.dataset.eventsSeen = String(window.__seqs.length);
+        }
+      }
       catch (_) {}
     }
   };

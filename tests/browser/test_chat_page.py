@@ -38,7 +38,7 @@ def wait_answered(answer: Any) -> None:
 
 def request_id_of(page: Any) -> str:
     """The request id of the answer being streamed, from the first event the page received."""
-    page.wait_for_function("window.__seqs.length > 0", timeout=ANSWER_TIMEOUT_MS)
+    page.locator("html[data-events-seen]").wait_for(state="attached", timeout=ANSWER_TIMEOUT_MS)
     return page.evaluate("window.__seqs[0][0]")
 
 
@@ -156,7 +156,11 @@ def test_leaving_the_page_cancels_the_answer(page: Any, chat_server: str, transp
 
 NOTICE_WATCH = """(notice) => {
   window.__noticesShown = [];
-  const seen = () => { if (!notice.hidden && notice.textContent) window.__noticesShown.push(notice.textContent); };
+  const seen = () => {
+    if (notice.hidden || !notice.textContent) return;
+    window.__noticesShown.push(notice.textContent);
+    document.documentElement.dataset.noticeShown = "1";  // for a locator: the page's CSP forbids eval waits
+  };
   new MutationObserver(seen).observe(notice, { attributes: true, childList: true, characterData: true, subtree: true });
 }"""
 
@@ -171,7 +175,7 @@ def test_offline_and_back_resumes_over_websocket(page: Any) -> None:
     # it can hold back the closing handshake of a socket closed afterwards, so its close event (which starts the
     # reconnecting) would come only when the browser gives up on the handshake.
     page.evaluate("window.__cutStreams()")
-    page.wait_for_function("window.__noticesShown.length > 0", timeout=ANSWER_TIMEOUT_MS)
+    page.locator("html[data-notice-shown]").wait_for(state="attached", timeout=ANSWER_TIMEOUT_MS)
     assert "reconnecting" in page.evaluate("window.__noticesShown[0]").lower()
     page.context.set_offline(True)
     page.wait_for_timeout(700)
@@ -285,7 +289,8 @@ def test_busy_shows_a_countdown_from_retry_after_then_the_retry_answers(page: An
     countdown.filter(has_text="You can retry in 2 s").wait_for(timeout=1_000)
     countdown.filter(has_text="You can retry in 1 s").wait_for(timeout=2_500)
     assert retry.is_disabled()
-    page.wait_for_function("!document.querySelector('.retry-button').disabled", timeout=2_500)
+    # A locator, not wait_for_function: waiting on a JS expression is eval, which the page's CSP forbids.
+    answer.locator(".retry-button:enabled").wait_for(timeout=2_500)
     assert time.monotonic() - refused >= 1.5, "the retry came back before Retry-After had passed"
     assert countdown.count() == 0
     retry.click()
