@@ -3,6 +3,7 @@ and answers stream through it from two real daphne workers (SSE unbuffered, resu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 
 from scripts.cluster import NGINX_SITE, Cluster, free_port, render_main, render_site
 from tests.daphne_workers import redis_key_prefix, shared_database
+from tests.stream_clients import ws_ask
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (Debian: apt-get install nginx)")
@@ -98,11 +100,15 @@ def sse(url: str, question: str) -> tuple[list[dict[str, Any]], list[float]]:
 
 
 @pytest.mark.slow
-def test_answers_stream_whole_through_nginx_from_every_worker(cluster: Cluster) -> None:
+def test_sse_and_websocket_answers_stream_whole_through_nginx_from_every_worker(cluster: Cluster) -> None:
     for _ in range(4):  # round robin: both workers answer
         events, _ = sse(cluster.url, "如何重設密碼？")
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
         assert [e["channel"] for e in events if e["channel"] in ("meta_summary", "error")] == ["meta_summary"]
+    for _ in range(2):
+        answer = asyncio.run(ws_ask(cluster.url, "How do I download my certificate?", within=30.0))
+        assert answer.whole() and answer.terminal is not None, answer.describe()
+        assert answer.terminal["channel"] == "meta_summary", answer.describe()
     ready = httpx.get(cluster.url + "/api/v1/ready", timeout=10.0)
     assert ready.status_code == 200, ready.text
     static = httpx.get(cluster.url + "/static/admin/css/base.css", timeout=10.0)
