@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,12 +15,10 @@ import httpx
 import pytest
 
 from scripts.cluster import NGINX_SITE, Cluster, free_port, render_main, render_site
-from tests.daphne_workers import redis_key_prefix, shared_database
+from tests.scripts.clusters import NGINX, running_cluster
 from tests.stream_clients import ws_ask
 
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (Debian: apt-get install nginx)")
-DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
 
 
 def test_the_site_is_rendered_for_the_workers_ports() -> None:
@@ -49,41 +45,9 @@ def test_nginx_accepts_the_rendered_configuration(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if NGINX is None:
-        pytest.skip("nginx is not installed (Debian: apt-get install nginx)")
-    data_dir = tmp_path_factory.mktemp("nginx-cluster")
-    shutil.copytree(DEMO, data_dir / "corpus")
-    redis_url = os.environ.get("REDIS_URL", "")
-    with shared_database("nginx_cluster") as database_url, _prefix(redis_url) as prefix:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": str(data_dir),
-            "CORPUS_DIR": str(data_dir / "corpus"),
-            "DATABASE_URL": database_url,
-            "REDIS_URL": redis_url,
-            "REDIS_PREFIX": prefix,
-            "QDRANT_URL": "",
-            "LLM_BASE_URL": "",
-            "RAG_RATE_LIMIT_PER_MINUTE": "0",
-            "PYTHONUNBUFFERED": "1",
-        }
-        started = Cluster(workers=2, port=free_port(), env=env, folder=data_dir / "cluster")
-        started.prepare()
-        try:
-            started.start()
-            yield started
-        finally:
-            started.stop()
-
-
-def _prefix(redis_url: str) -> Any:
-    if not redis_url:
-        import contextlib
-
-        return contextlib.nullcontext("helpcentre")
-    return redis_key_prefix(redis_url, "nginx-cluster")
+def cluster() -> Iterator[Cluster]:
+    with running_cluster("nginx_cluster") as started:
+        yield started
 
 
 def sse(url: str, question: str) -> tuple[list[dict[str, Any]], list[float]]:
