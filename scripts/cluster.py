@@ -36,7 +36,6 @@ NGINX_SITE = PROJECT_DIR / "deploy" / "nginx" / "helpcentre.conf"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/helpcentre"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 MIME_TYPES = Path("/etc/nginx/mime.types")
-NGINX_FAIL_TIMEOUT = 2.0  # the upstreams' fail_timeout in deploy/nginx/helpcentre.conf
 
 
 def _marked(text: str, name: str, lines: Sequence[str]) -> str:
@@ -51,7 +50,7 @@ def _marked(text: str, name: str, lines: Sequence[str]) -> str:
 
 def render_site(template: str, *, ports: Sequence[int], listen: int, static_root: Path) -> str:
     """The site file for workers on `ports` (127.0.0.1), nginx listening on `listen`."""
-    servers = [f"server 127.0.0.1:{port} max_fails=1 fail_timeout={NGINX_FAIL_TIMEOUT:g}s;" for port in ports]
+    servers = [f"server 127.0.0.1:{port} max_fails=0;" for port in ports]
     text = _marked(template, "upstreams", servers)
     text = _marked(text, "listen", [f"listen 127.0.0.1:{listen};"])
     static = ["location /static/ {", f"    alias {static_root}/;", "    expires 7d;", "    access_log off;", "}"]
@@ -207,13 +206,9 @@ class Cluster:
                 time.sleep(0.1)
         raise RuntimeError(f"nginx did not answer on {self.url}: {(self.nginx_prefix / 'error.log').read_text()}")
 
-    def rolling_restart(self, settle: float = NGINX_FAIL_TIMEOUT + 1.0) -> list[float]:
-        """Restart the workers one at a time, each drained (SIGTERM) and ready again before the next; the seconds
-        each took to exit.
-
-        nginx marks a worker that refused or was down as failed for `fail_timeout` (2 s): stopping the next one
-        sooner than that after the previous came back would leave nginx no live worker for a moment (a 502), so
-        each restart waits `settle` seconds after the worker is ready."""
+    def rolling_restart(self, settle: float = 1.0) -> list[float]:
+        """Restart the workers one at a time, each drained (SIGTERM) and ready again (then `settle` seconds more)
+        before the next; the seconds each took to exit."""
         took = []
         for worker in self.workers:
             took.append(worker.stop())

@@ -135,7 +135,8 @@ def test_a_rolling_restart_under_load_loses_no_stream_and_fails_no_ask(cluster: 
     nginx_log = (cluster.nginx_prefix / "error.log").read_text(errors="replace")[-3000:]
     failed = [o for o in new if not (o.whole() and o.terminal is not None and o.terminal["channel"] == "meta_summary")]
     assert not failed, (
-        f"{len(failed)} of {len(new)} new asks failed: {[(o.status, o.problem, o.events[-1:]) for o in failed][:3]}\n{nginx_log}"
+        f"{len(failed)} of {len(new)} new asks failed: "
+        f"{[(o.status, o.problem, o.events[-1:]) for o in failed][:3]}\n{nginx_log}"
     )
     assert len(new) >= 10, f"only {len(new)} new asks were sent during the restart"
     answered = sum(1 for o in live if o.terminal is not None and o.terminal["channel"] == "meta_summary")
