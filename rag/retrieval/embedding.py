@@ -14,11 +14,10 @@ rag.wiring.build_embedder picks one from the settings. The helpers below let cal
 from __future__ import annotations
 
 import asyncio
-import math
 import re
+import threading
 import zlib
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -30,6 +29,24 @@ _LATIN_RE = re.compile(r"[a-z0-9]+(?:[._'-][a-z0-9]+)*")
 _CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x3040, 0x30FF), (0xAC00, 0xD7AF))
 _NGRAM_SALT = 0x9E3779B97F4A7C15  # xor-ed with n, keeps a 1-gram and a 2-gram with equal packed codes apart
 _U64 = np.uint64
+_MAX_FEATURES = 500_000
+
+
+def _starts(groups: list[list[str]]) -> Iterator[tuple[int, list[str]]]:
+    """(offset of its first item in the flattened list, group) for each group."""
+    start = 0
+    for group in groups:
+        yield start, group
+        start += len(group)
+
+
+def _runs(keys: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (owner, key) pairs, sorted by owner then key, with how often each occurs."""
+    order = np.lexsort((keys, owners))
+    keys, owners = keys[order], owners[order]
+    starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]) | (owners[1:] != owners[:-1])])
+    counts = np.diff(np.r_[starts, len(keys)])
+    return keys[starts], owners[starts], counts
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -119,8 +136,12 @@ class LexicalEmbedder:
         self._ngrams = tuple(zip(cjk_ngrams, cjk_weights, strict=True))
         self._word_weight = word_weight
         self._trigram_weight = trigram_weight
-        # Latin feature -> (bucket, signed weight); bounded so a long-running server does not grow without end
-        self._slots: dict[str, tuple[int, float]] = {}
+        # Latin features interned as ids (bucket and signed weight by id), and each word's feature ids (its word
+        # feature, then its trigrams): a text's features are then one concatenation and one np.unique, not a Python
+        # loop over a few hundred strings. Bounded so a long-running server does not grow without end; the lock
+        # keeps a thread's ids valid while another thread adds features or starts the tables afresh.
+        self._lock = threading.Lock()
+        self._reset_features()
 
     @property
     def name(self) -> str:
@@ -131,29 +152,50 @@ class LexicalEmbedder:
     def dim(self) -> int:
         return self._dim
 
-    def _latin_slot(self, feature: str) -> tuple[int, float]:
-        slot = self._slots.get(feature)
-        if slot is None:
+    def _reset_features(self) -> None:
+        self._feature_ids: dict[str, int] = {}
+        self._buckets = np.zeros(4096, dtype=np.int64)
+        self._weights = np.zeros(4096, dtype=np.float64)
+        self._words: dict[str, np.ndarray] = {}
+
+    def _feature_id(self, feature: str) -> int:
+        found = self._feature_ids.get(feature)
+        if found is None:
+            found = len(self._feature_ids)
+            if found == len(self._buckets):
+                self._buckets = np.concatenate([self._buckets, np.zeros_like(self._buckets)])
+                self._weights = np.concatenate([self._weights, np.zeros_like(self._weights)])
             digest = zlib.crc32(feature.encode("utf-8"))
             weight = self._word_weight if feature[0] == "w" else self._trigram_weight
             # the top bit picks the sign, so collisions cancel out on average instead of piling up
-            sign = -1.0 if digest & 0x80000000 else 1.0
-            slot = (digest % self._dim, sign * weight)
-            if len(self._slots) > 500_000:
-                self._slots.clear()
-            self._slots[feature] = slot
-        return slot
+            self._buckets[found] = digest % self._dim
+            self._weights[found] = -weight if digest & 0x80000000 else weight
+            self._feature_ids[feature] = found
+        return found
 
-    def _add_cjk(self, vector: np.ndarray, text: str) -> None:
-        """CJK n-grams, vectorised: an n-gram is its code points (21 bits each) packed into one integer, mixed."""
-        points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    def _word_features(self, word: str) -> np.ndarray:
+        ids = self._words.get(word)
+        if ids is None:
+            features = [f"w:{word}"]
+            if self._trigram_weight and not word.isdigit() and len(word) > 3:
+                # trigrams of "<word>" let "enrol" and "enrolment" share most of their features
+                padded = f"<{word}>"
+                features += [f"t:{padded[i : i + 3]}" for i in range(len(padded) - 2)]
+            ids = np.array([self._feature_id(feature) for feature in features], dtype=np.int64)
+            self._words[word] = ids
+        return ids
+
+    def _add_cjk(self, flat: np.ndarray, texts: Sequence[str]) -> None:
+        """CJK n-grams of every text at once, vectorised: an n-gram is its code points (21 bits each) packed into
+        one integer, mixed. `flat` is the output matrix as one row after another."""
+        # each text followed by a NUL, which is not CJK, so no n-gram spans two texts
+        points = np.frombuffer("\0".join([*texts, ""]).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        rows = np.repeat(np.arange(len(texts), dtype=np.int64), [len(text) + 1 for text in texts])
         cjk = np.zeros(len(points), dtype=bool)
         for low, high in _CJK_RANGES:
             cjk |= (points >= low) & (points <= high)
         for n, weight in self._ngrams:
             width = len(points) - n + 1
-            if width <= 0:
-                continue
             valid = cjk[:width].copy()
             key = points[:width].copy()
             for offset in range(1, n):
@@ -161,39 +203,51 @@ class LexicalEmbedder:
                 key = (key << _U64(21)) | points[offset : width + offset]
             if not valid.any():
                 continue
-            keys, counts = np.unique(key[valid], return_counts=True)
+            keys, owners, counts = _runs(key[valid], rows[:width][valid])
             mixed = _mix(keys ^ _U64(_NGRAM_SALT ^ n))
             buckets = (mixed % _U64(self._dim)).astype(np.int64)
             signs = np.where((mixed >> _U64(63)) == 1, -1.0, 1.0)
-            np.add.at(vector, buckets, (signs * weight * (1.0 + np.log(counts))).astype(np.float32))
+            # per text, its n-grams in key order: the order (and so the float32 sums) of one np.unique per text
+            values = (signs * weight * (1.0 + np.log(counts))).astype(np.float32)
+            np.add.at(flat, owners * self._dim + buckets, values)
 
-    def _add_latin(self, vector: np.ndarray, text: str) -> None:
-        counts: Counter[str] = Counter()
-        for match in _LATIN_RE.finditer(text):
-            word = match.group()
-            counts[f"w:{word}"] += 1
-            if self._trigram_weight and not word.isdigit() and len(word) > 3:
-                # trigrams of "<word>" let "enrol" and "enrolment" share most of their features
-                padded = f"<{word}>"
-                for i in range(len(padded) - 2):
-                    counts[f"t:{padded[i : i + 3]}"] += 1
-        for feature, count in counts.items():
-            bucket, weight = self._latin_slot(feature)
-            vector[bucket] += weight * (1.0 + math.log(count))
+    def _add_latin(self, flat: np.ndarray, texts: Sequence[str]) -> None:
+        """Words and trigrams of every text at once: each (text, feature) pair's 1 + log tf, added in the order
+        of the feature's first occurrence in its text."""
+        with self._lock:
+            if len(self._feature_ids) > _MAX_FEATURES:
+                self._reset_features()
+            words = [_LATIN_RE.findall(text) for text in texts]
+            per_word = [self._word_features(word) for found in words for word in found]
+            buckets, weights = self._buckets, self._weights
+            features = len(self._feature_ids)
+        if not per_word:
+            return
+        sizes = [sum(len(ids) for ids in per_word[start : start + len(found)]) for start, found in _starts(words)]
+        ids = np.concatenate(per_word)
+        rows = np.repeat(np.arange(len(texts), dtype=np.int64), sizes)
+        pairs, first, counts = np.unique(rows * features + ids, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        pairs, counts = pairs[order], counts[order]
+        owners, feature = np.divmod(pairs, features)
+        values = (weights[feature] * (1.0 + np.log(counts))).astype(np.float32)
+        np.add.at(flat, owners * self._dim + buckets[feature], values)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """float32 matrix (len(texts), dim), rows L2-normalised (an empty text gives a zero row)."""
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        if not texts:
+            return out
+        normalized = [normalize(text) for text in texts]
+        flat = out.reshape(-1)
         # uint64 multiplication wraps by design in the mix
         with np.errstate(over="ignore"):
-            for row, text in enumerate(texts):
-                normalized = normalize(text)
-                vector = out[row]
-                self._add_cjk(vector, normalized)
-                self._add_latin(vector, normalized)
-                norm = float(np.linalg.norm(vector))
-                if norm > 0:
-                    vector /= norm
+            self._add_cjk(flat, normalized)
+            self._add_latin(flat, normalized)
+        for vector in out:
+            norm = float(np.linalg.norm(vector))
+            if norm > 0:
+                vector /= norm
         return out
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:

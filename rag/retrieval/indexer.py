@@ -24,8 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rag.retrieval.chunking import Chunk, ChunkingConfig, _same_words, chunk_document
-from rag.retrieval.embedding import Embedder
+from rag.retrieval.embedding import Embedder, LexicalEmbedder
 from rag.retrieval.markdown import Document
 from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder
 from rag.retrieval.store import Engine, IndexVersion, StorePoint, VectorStore
@@ -193,10 +195,15 @@ def build_index(
     return IndexReport(len(documents), len(chunks), seconds, collection, replaced, avgdl)
 
 
-def embed_batch(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
+def embed_batch(embedder: Embedder, texts: Sequence[str]) -> Sequence[Sequence[float]] | np.ndarray:
     """`embedder.embed_documents(texts)`, checked: one vector per text, each of the embedder's dimension (a wrong
     answer must fail the build, not be written into it)."""
-    vectors = embedder.embed_documents(texts)
+    vectors: Sequence[Sequence[float]] | np.ndarray
+    if isinstance(embedder, LexicalEmbedder) and type(embedder).embed_documents is LexicalEmbedder.embed_documents:
+        # the offline embedder's float32 matrix as it is: a list of Python floats per row would be converted back
+        vectors = embedder.encode(texts)
+    else:
+        vectors = embedder.embed_documents(texts)
     if len(vectors) != len(texts):
         raise ValueError(f"embedder {embedder.name} returned {len(vectors)} vectors for {len(texts)} texts")
     for vector in vectors:

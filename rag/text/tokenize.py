@@ -7,6 +7,7 @@ English stemmer-free normalisation); digits stay whole so "5 attempts" and "15 m
 
 from __future__ import annotations
 
+import operator
 import re
 import unicodedata
 
@@ -50,6 +51,28 @@ def tokenize(text: str, *, bigrams: bool = True, drop_stopwords: bool = False, j
             first = last = piece
         if joins and match.start() == previous_end:
             append(previous_last + first)
+        previous_end, previous_last = match.end(), last
+    return tokens
+
+
+def token_bag(text: str, *, bigrams: bool = True, drop_stopwords: bool = False, joins: bool = False) -> list[str]:
+    """The tokens of `tokenize` with the same arguments, in another order (a CJK run's characters, then its
+    bigrams, each added in one step): for counting them, where order does not matter, at a fraction of the cost."""
+    tokens: list[str] = []
+    previous_end, previous_last = -1, ""
+    for match in _TOKEN_RE.finditer(normalize(text)):
+        piece = match.group()
+        if _CJK_RE.match(piece):
+            tokens += piece
+            if bigrams:
+                tokens += map(operator.add, piece, piece[1:])
+            first, last = piece[0], piece[-1]
+        else:
+            if not (drop_stopwords and piece in EN_STOPWORDS):
+                tokens.append(piece)
+            first = last = piece
+        if joins and match.start() == previous_end:
+            tokens.append(previous_last + first)
         previous_end, previous_last = match.end(), last
     return tokens
 
