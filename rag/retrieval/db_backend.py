@@ -41,6 +41,40 @@ def sparse_bytes(sparse: SparseVector) -> tuple[bytes, bytes]:
     return np.asarray(sparse.indices, dtype=_I32).tobytes(), np.asarray(sparse.values, dtype=_F32).tobytes()
 
 
+_POINT_COLUMNS = (
+    "build_id",
+    "point_id",
+    "doc_id",
+    "language",
+    "kind",
+    "payload",
+    "dense",
+    "sparse_indices",
+    "sparse_values",
+)
+_INSERT_POINT = (
+    f"INSERT INTO {IndexPoint._meta.db_table} ({', '.join(_POINT_COLUMNS)}) "
+    f"VALUES ({', '.join(['%s'] * len(_POINT_COLUMNS))})"
+)
+
+
+def _point_row(build_id: int, point: StorePoint) -> tuple[Any, ...]:
+    """A point as the values of `_INSERT_POINT`, in the form IndexPoint's fields would store it."""
+    indices, values = sparse_bytes(point.sparse)
+    payload = point.payload
+    return (
+        build_id,
+        point.point_id,
+        str(payload.get("doc_id", "")),
+        str(payload.get("language", "") or "")[:16],
+        str(payload.get("kind", "") or "")[:16],
+        json.dumps(payload, ensure_ascii=False),
+        dense_bytes(point.dense),
+        indices,
+        values,
+    )
+
+
 class DatabaseBackend:
     kind: BackendKind = "database"
 
@@ -116,28 +150,16 @@ class DatabaseBackend:
         build = self._build(name)
         for start in range(0, len(points), WRITE_BATCH):
             batch = points[start : start + WRITE_BATCH]
-            rows = []
-            for point in batch:
-                indices, values = sparse_bytes(point.sparse)
-                rows.append(
-                    IndexPoint(
-                        build=build,
-                        point_id=point.point_id,
-                        doc_id=str(point.payload.get("doc_id", "")),
-                        language=str(point.payload.get("language", "") or "")[:16],
-                        kind=str(point.payload.get("kind", "") or "")[:16],
-                        payload=json.dumps(point.payload, ensure_ascii=False),
-                        dense=dense_bytes(point.dense),
-                        sparse_indices=indices,
-                        sparse_values=values,
-                    )
-                )
+            rows = [_point_row(build.pk, point) for point in batch]
             with transaction.atomic(using=self.using):
                 existing = IndexPoint.objects.using(self.using).filter(
                     build=build, point_id__in=[p.point_id for p in batch]
                 )
                 existing.delete()
-                IndexPoint.objects.using(self.using).bulk_create(rows)
+                # one executemany instead of a model instance per row and Django's SQL per statement (bulk_create
+                # took 60 % of the write)
+                with connections[self.using].cursor() as cursor:
+                    cursor.executemany(_INSERT_POINT, rows)
                 # replicas of this build reload when its revision moves
                 IndexBuild.objects.using(self.using).filter(pk=build.pk).update(revision=F("revision") + 1)
 
