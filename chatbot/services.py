@@ -96,3 +96,18 @@ def exchange_record(
             fields.append("summary")
         conversation.save(update_fields=fields)
     return message
+
+
+def conversation_summary_set(*, conversation_id: str, request_id: str, summary: str) -> bool:
+    """Store the running summary written after request `request_id`'s answer, unless a later exchange of the
+    conversation was recorded meanwhile (its own summary follows). True when stored."""
+    with transaction.atomic():
+        latest = (
+            Message.objects.filter(conversation_id=uuid.UUID(conversation_id), role=Message.Role.ASSISTANT)
+            .order_by("-created_at", "-pk")
+            .values_list("request_id", flat=True)
+            .first()
+        )
+        if latest != request_id:
+            return False
+        return Conversation.objects.filter(pk=uuid.UUID(conversation_id)).update(summary=summary) == 1

@@ -20,6 +20,7 @@ from django.conf import settings
 
 from chatbot.logcontext import conversation_id_var, request_id_var
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
+from chatbot.summaries import summary_settled, summary_write_later
 from concurrency.jsonio import JsonInputError, json_check
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
@@ -195,6 +196,9 @@ class ChatExchange:
         _background.add(task)
         task.add_done_callback(_record_done)
         self.recorded = task
+        # the model's summary after the terminal event; a client carrying its history (the API) reads none
+        if status == "ok" and state.summary_job is not None and self.ask.history is None:
+            summary_write_later(self.conversation_id, self.request_id, state.summary_job, task)
 
 
 def _record_done(task: asyncio.Task[Any]) -> None:
@@ -209,6 +213,8 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
     if ask.history is not None:
         context = ConversationContext(str(uuid.uuid4()), exists=False, history=ask.history, summary="")
     else:
+        if ask.conversation_id:
+            await summary_settled(ask.conversation_id)
         try:
             context = await database_sync_to_async(conversation_context_get)(
                 conversation_id=ask.conversation_id, client_id=ask.client_id

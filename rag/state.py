@@ -6,6 +6,7 @@ their outputs (declared in the node catalogue), so the engine can check a workfl
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +132,9 @@ class PipelineState:
     sources: list[Source] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
     new_summary: str = ""
+    # the model's summary, to be written after the terminal event by whoever stores the conversation (the chat);
+    # returns `new_summary` (the offline one) when the call fails or times out. Nobody calls it for the API.
+    summary_job: Callable[[], Awaitable[str]] | None = field(default=None, repr=False, compare=False)
     usage: Usage = field(default_factory=Usage)
     # answered from the passages alone because the answer LLM failed for good (never cached, flagged to the client)
     degraded: bool = False

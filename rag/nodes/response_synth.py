@@ -15,6 +15,7 @@ back to the offline summary if that call fails: the answer is already out. Every
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -53,7 +54,7 @@ OPTIONAL_INPUTS = (
     "summary",
     "previous_answer",
 )
-OUTPUTS = ("answer", "sources", "attachments", "new_summary", "degraded")
+OUTPUTS = ("answer", "sources", "attachments", "new_summary", "summary_job", "degraded")
 _ELABORATE_EXTRA_SENTENCES = 3
 ANSWER = "answer"  # an LLM task besides followup's TRANSLATE and REWRITE: answering from retrieved chunks
 # What an offline instruction asks, said to the model.
@@ -116,7 +117,12 @@ class ResponseSynth:
                 self._set(state, self._compose(state))
             # Otherwise already written (a follow-up transform): only the streaming is left to do.
             await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
-        state.new_summary = await self._summarize(state, writer)
+        # The offline summary at once; the model's is written after the terminal event (`summary_job`), so the
+        # answer's stream never waits for it nor holds a second slot while it is written.
+        state.new_summary = answers.updated_summary(state.summary, state.normalized_question, state.answer)
+        if self._llm is not None and self._llm_summary and state.answer.strip() and not state.degraded:
+            # not when degraded: the model just failed, and the summary would wait for it again
+            state.summary_job = functools.partial(self._summarize, state, state.new_summary)
         return None
 
     @staticmethod
@@ -270,10 +276,11 @@ class ResponseSynth:
 
     # ------------------------------------------------------------------ the running summary
 
-    async def _summarize(self, state: PipelineState, writer: StreamWriter) -> str:
-        offline = answers.updated_summary(state.summary, state.normalized_question, state.answer)
-        if self._llm is None or not self._llm_summary or not state.answer.strip() or state.degraded:
-            return offline  # degraded: the model just failed, and the summary would wait for it again
+    async def _summarize(self, state: PipelineState, offline: str) -> str:
+        """The model's running summary, or `offline` when the call fails or takes over `summary_timeout` seconds.
+        Runs after the terminal event: nothing is emitted, the outcome is counted (`AnswerStats`) and logged."""
+        llm = self._llm
+        assert llm is not None
         try:
             snapshot = await calls.load_prompt(self._prompts, CONVERSATION_SUMMARIZER)
             prompt = calls.render(
@@ -283,26 +290,19 @@ class ResponseSynth:
                 question=state.normalized_question,
                 answer=calls.clip(answers.answer_body(state.answer), _SUMMARY_ANSWER_CHARS),
             )
-            result = await self._llm.complete(
+            result = await llm.complete(
                 backend=state.backend,
                 node=SUMMARY_NODE,
                 messages=[{"role": "user", "content": prompt}],
                 total_timeout=self._summary_timeout,
-                **calls.call_options(self._llm, snapshot, node=SUMMARY_NODE),
+                **calls.call_options(llm, snapshot, node=SUMMARY_NODE),
             )
         except calls.FALLBACK_ERRORS as exc:
-            # The answer is already out: a summary problem must not turn it into an error.
             calls.log_fallback(f"{NAME} summary", exc)
-            await writer.emit(
-                self.name,
-                "status",
-                "summary",
-                summary_source="rules_fallback",
-                fallback_reason=calls.fallback_reason(exc),
-            )
+            self._stats.summary(fallback=True)
             return offline
-        await calls.record_usage(state, writer, self.name, result.usage, call="summary")
         summary = " ".join(result.text.split())[:_SUMMARY_MAX_CHARS]
+        self._stats.summary(fallback=not summary)
         return summary or offline
 
     def _compose(self, state: PipelineState) -> answers.ComposedAnswer:

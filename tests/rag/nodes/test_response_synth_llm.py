@@ -71,10 +71,13 @@ async def test_answer_is_streamed_with_reasoning_cited_sources_and_usage(
         "[2] How to enrol in a course (https://help.example/en/enrolment)"
     )
     usages = [e for e in events if e["channel"] == "meta"]
-    assert [e["call"] for e in usages] == ["answer", "summary"]
+    assert [e["call"] for e in usages] == ["answer"]  # the summary is written after the terminal event
     total = {key: sum(e["usage"][key] for e in usages) for key in ("input_tokens", "output_tokens", "total_tokens")}
     assert state.usage.as_dict() == total and total["total_tokens"] > 0
-    assert state.new_summary and "Q: " not in state.new_summary  # written by the model, not the offline rule
+    assert state.new_summary.startswith("The user asked about logging in. Q: ")  # the offline one, at once
+    assert state.summary_job is not None
+    summary = await state.summary_job()
+    assert summary and "Q: " not in summary  # written by the model, not the offline rule
     answer_request, summary_request = [r["body"] for r in await sim.arequests()]
     system = answer_request["messages"][0]["content"] if backend == "chat" else answer_request["instructions"]
     assert "[1] How do I reset my password — If you have forgotten your password" in system
@@ -121,7 +124,7 @@ async def test_only_cited_forms_become_sources_and_attachments(
     assert [(s.ref, s.kind, s.download_url) for s in state.sources] == [(1, "form", "/forms/F-101.pdf")]
     assert [(a.name, a.url) for a in state.attachments] == [("F-101.pdf", "/forms/F-101.pdf")]
     assert "資料來源：\n[1] 時數補登申請表" in state.answer
-    [answer_request, _] = [r["body"] for r in await sim.arequests()]
+    [answer_request] = [r["body"] for r in await sim.arequests()]
     assert "(form F-101, download: /forms/F-101.pdf)" in answer_request["messages"][0]["content"]
 
 
@@ -132,7 +135,10 @@ async def test_fixed_replies_stay_offline_but_the_summary_is_written(
     writer, channel = make_writer()
     await synth(make_backend(), prompts).run(state, writer)
     assert state.answer.startswith("Sorry, I can only help with questions about the platform")
-    assert [e["call"] for e in await drain(channel) if e["channel"] == "meta"] == ["summary"]
+    assert [e["call"] for e in await drain(channel) if e["channel"] == "meta"] == []
+    assert (await sim.astats())["attempts"] == 0
+    assert state.summary_job is not None
+    assert await state.summary_job() != state.new_summary  # the model's
     assert (await sim.astats())["attempts"] == 1
 
 
@@ -146,9 +152,10 @@ async def test_a_failed_summary_keeps_the_answer(
     events = await drain(channel)
     assert state.answer and answer_text(events) == state.answer
     assert state.new_summary.startswith("The user asked about logging in. Q: How do I reset my password? A: ")
-    [status] = [e for e in events if e["channel"] == "status" and e["stage"] == "summary"]
-    assert (status["summary_source"], status["fallback_reason"]) == ("rules_fallback", "upstream_error")
     assert [e["call"] for e in events if e["channel"] == "meta"] == ["answer"]
+    assert state.summary_job is not None
+    assert await state.summary_job() == state.new_summary  # the model failed: the offline summary is kept
+    assert (await sim.astats())["attempts"] == 3
 
 
 async def test_with_degraded_answers_off_an_upstream_failure_is_the_requests_failure(

@@ -36,15 +36,14 @@ async def test_a_question_runs_the_whole_workflow_with_the_llm(
     assert [(e["node"], e["call"]) for e in usages] == [
         ("planner", "plan"),
         ("response_synth", "answer"),
-        ("response_synth", "summary"),
-    ]
+    ]  # the summary is written after the terminal event, by whoever stores the conversation
     assert all(e["usage"]["total_tokens"] > 0 for e in usages)
     assert summary["usage"] == usage_total(events)
     assert summary["intent"] == "simple_faq" and summary["tools"] == ["retrieval"]
     assert summary["sources"] and summary["sources"][0]["ref"] == 1
     stats = await sim.astats()
-    assert stats["attempts"] == stats["completed"] == 3
-    assert stats["endpoints"][backend]["attempts"] == 3
+    assert stats["attempts"] == stats["completed"] == 2
+    assert stats["endpoints"][backend]["attempts"] == 2
 
 
 async def test_a_follow_up_question_is_rewritten_before_the_search(
@@ -61,6 +60,6 @@ async def test_a_follow_up_question_is_rewritten_before_the_search(
     assert summary["channel"] == "meta_summary"
     [rewrite] = [e for e in events if e["stage"] == "rewrite"]
     assert rewrite["query_source"] == "llm"
-    assert [e["call"] for e in events if e["channel"] == "meta"] == ["plan", "rewrite", "answer", "summary"]
+    assert [e["call"] for e in events if e["channel"] == "meta"] == ["plan", "rewrite", "answer"]
     assert summary["usage"] == usage_total(events)
     assert summary["search_query"] != "How long is the reset link valid?"
