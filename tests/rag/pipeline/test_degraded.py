@@ -70,7 +70,8 @@ async def test_the_answer_after_the_server_stops_is_degraded_cited_and_says_so(
     assert answer.startswith(messages.text("degraded", "zh-hant"))  # says so, in one line, first
     assert "[1]" in answer and summary["sources"]  # cited
     assert any(e["channel"] == "status" and e.get("answer_source") == "degraded" for e in events)
-    assert runtime._deps.answer_stats.stats() == {"degraded": 1, "summary_llm": 0, "summary_fallback": 0}  # what the console shows
+    # what the console shows
+    assert runtime._deps.answer_stats.stats() == {"degraded": 1, "summary_llm": 0, "summary_fallback": 0}
 
 
 async def test_with_degraded_answers_off_the_failure_is_an_error(
