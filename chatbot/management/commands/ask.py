@@ -28,6 +28,7 @@ from chatbot import security
 from chatbot.consumers.common import event_json
 from chatbot.routing import sse_path_for_backend
 from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open, pending_records
+from chatbot.summaries import pending_summaries
 from rag.events import TERMINAL_CHANNELS, Event
 from rag.runtime import BACKENDS
 from rag.wiring import reset_runtime
@@ -225,8 +226,10 @@ async def _ask_in_process(ask: AskInput, renderer: Renderer) -> Event | None:
     finally:
         if terminal is None:
             exchange.cancel()
-        # The answer is written in the background; the loop must not close before it is.
+        # The answer and then the conversation summary are written in the background; the loop must not close
+        # before they are.
         await pending_records()
+        await pending_summaries()
     return terminal
 
 
