@@ -17,7 +17,7 @@ import asyncio
 import re
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -30,14 +30,6 @@ _CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x3040, 0x
 _NGRAM_SALT = 0x9E3779B97F4A7C15  # xor-ed with n, keeps a 1-gram and a 2-gram with equal packed codes apart
 _U64 = np.uint64
 _MAX_FEATURES = 500_000
-
-
-def _starts(groups: list[list[str]]) -> Iterator[tuple[int, list[str]]]:
-    """(offset of its first item in the flattened list, group) for each group."""
-    start = 0
-    for group in groups:
-        yield start, group
-        start += len(group)
 
 
 def _runs(keys: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -218,14 +210,18 @@ class LexicalEmbedder:
             if len(self._feature_ids) > _MAX_FEATURES:
                 self._reset_features()
             words = [_LATIN_RE.findall(text) for text in texts]
-            per_word = [self._word_features(word) for found in words for word in found]
+            every = [word for found in words for word in found]
+            # known words looked up in C; the few new ones get their features first
+            for word in set(every).difference(self._words):
+                self._word_features(word)
+            per_word = list(map(self._words.__getitem__, every))
             buckets, weights = self._buckets, self._weights
             features = len(self._feature_ids)
         if not per_word:
             return
-        sizes = [sum(len(ids) for ids in per_word[start : start + len(found)]) for start, found in _starts(words)]
+        word_rows = np.repeat(np.arange(len(texts), dtype=np.int64), [len(found) for found in words])
         ids = np.concatenate(per_word)
-        rows = np.repeat(np.arange(len(texts), dtype=np.int64), sizes)
+        rows = np.repeat(word_rows, np.fromiter(map(len, per_word), dtype=np.int64, count=len(per_word)))
         pairs, first, counts = np.unique(rows * features + ids, return_index=True, return_counts=True)
         order = np.argsort(first, kind="stable")
         pairs, counts = pairs[order], counts[order]

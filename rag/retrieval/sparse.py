@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from rag.text.question_words import without_question_words
 from rag.text.tokenize import token_bag
 
@@ -94,8 +96,12 @@ class BM25Encoder:
         k1, b = self.params.k1, self.params.b
         length = counts.total()
         norm = k1 * (1.0 - b + b * length / avgdl) if avgdl > 0 else k1
-        items = sorted(counts.items())
-        return SparseVector([tid for tid, _ in items], [tf * (k1 + 1.0) / (tf + norm) for _, tf in items])
+        # in float64 arrays: the same IEEE operations as one by one, at a fraction of the cost per chunk
+        ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+        tfs = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+        order = np.argsort(ids)
+        tfs = tfs[order]
+        return SparseVector(ids[order].tolist(), (tfs * (k1 + 1.0) / (tfs + norm)).tolist())
 
     def encode_documents(self, texts: Sequence[str], *, avgdl: float | None = None) -> tuple[list[SparseVector], float]:
         """Vectors for `texts` and the avgdl used (computed over `texts` unless given)."""
