@@ -2,18 +2,26 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two stamps: `make run` installs the runtime requirements only; `make test` (and lint) add the dev tools.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test setup install lint format bench screenshots clean cluster
+.PHONY: run test setup install install-dev lint format bench screenshots clean cluster
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(RUN_STAMP): requirements.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	@touch $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $(RUN_STAMP)
 
-install: $(STAMP)
+$(DEV_STAMP): $(RUN_STAMP) requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $(DEV_STAMP)
+
+install: $(RUN_STAMP)
+
+install-dev: $(DEV_STAMP)
 
 setup: install
 	$(BIN)/python manage.py migrate --noinput
@@ -31,20 +39,20 @@ CLUSTER_PORT ?= 8080
 cluster: install
 	$(BIN)/python scripts/cluster.py --workers $(WORKERS) --port $(CLUSTER_PORT)
 
-test: install
+test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 
-format: install
+format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
@@ -52,7 +60,7 @@ bench: setup
 	$(BIN)/python scripts/bench_engine.py
 
 # The browser tests that take the screenshots in docs/screenshots/ (a plain test run keeps them in a temp folder).
-screenshots: install
+screenshots: install-dev
 	UPDATE_SCREENSHOTS=1 $(BIN)/pytest tests/browser/test_chat_page.py::test_screenshots \
 		tests/browser/test_graph_builder.py -p no:cacheprovider -q
 
