@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # One BLAS thread: dense search in local mode multiplies small matrices per request, and a thread pool per call
 # made it ten times slower on a busy machine (docs/benchmarks/retrieval.md). Set before numpy is imported.
@@ -34,12 +35,20 @@ application = WorkerTasksMiddleware(
     [live_settings_task, workflow_sync_task, replica_sync_task, job_runner_task],
 )
 
+import sys  # noqa: E402
+
 from django.conf import settings  # noqa: E402
 
 from chatbot.drain import install_under_daphne  # noqa: E402
 
 # SIGTERM drains the answers running here before daphne stops (chatbot.drain); daphne's own handling would cut them.
 install_under_daphne(settings.SHUTDOWN_DRAIN_SECONDS)
+
+from rag.server_address import daphne_url, server_file_write  # noqa: E402
+
+if Path(sys.argv[0]).name == "daphne" or Path(sys.argv[0]).parent.name == "daphne":
+    # Tell the commands (`ask`, `reindex`, `backfill`) where this server listens: DATA_DIR/server.json.
+    server_file_write(settings.DATA_DIR, daphne_url(sys.argv[1:]))
 
 if settings.RAG_PRELOAD:
     # Open the store and load its replica at start-up, so the first question does not wait for it.

@@ -291,7 +291,8 @@ SHUTDOWN_DRAIN_SECONDS = env_float("SHUTDOWN_DRAIN_SECONDS", 25.0, minimum=0.0, 
 RAG_JOB_RUNNER = env_bool("RAG_JOB_RUNNER", RAG_PRELOAD)
 
 # --- the command-line client ----------------------------------------------------------------------------
-ASK_SERVER_URL = env_url("ASK_SERVER_URL", schemes=("http", "https")) or "http://127.0.0.1:8000"
+# The server the commands talk to; empty: the one that wrote DATA_DIR/server.json, else http://127.0.0.1:8000.
+ASK_SERVER_URL = env_url("ASK_SERVER_URL", schemes=("http", "https"))
 
 # --- i18n, static ---------------------------------------------------------------------------------------
 LANGUAGE_CODE = "zh-hant"

@@ -21,10 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TextIO, TypeVar
-from urllib.parse import urljoin
 
-import httpx
-from django.conf import settings
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import OperationalError, connections
 from django.utils import timezone
@@ -40,25 +37,14 @@ from rag.documents.services import (
     runner_name,
 )
 from rag.retrieval.store import StoreLockedError, VectorStore, open_store_from_settings
+from rag.server_address import server_address, server_answers
 
-SERVICE_NAME = "helpcentre-chatbot"
-PROBE_TIMEOUT = 2.0
 # after a server answers, its job runner starts (on that request) and beats within this long
 RUNNER_START_WAIT = 6.0
 # a queued job nobody claims for this long, while no runner is alive, is cancelled rather than waited on forever
 CLAIM_TIMEOUT = 15.0
 _BAR_WIDTH = 28
 _DRAW_INTERVAL = 0.25
-
-
-def server_answers(base_url: str) -> bool:
-    """Whether our own server (not just anything) listens at `base_url`. The request also starts its job
-    runner, which a server without a start-up hook does on its first connection."""
-    try:
-        response = httpx.get(urljoin(base_url.rstrip("/") + "/", "api/v1/health"), timeout=PROBE_TIMEOUT)
-        return response.status_code == 200 and response.json().get("service") == SERVICE_NAME
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return False
 
 
 def runner_alive(*, exclude: str = "") -> bool:
@@ -72,7 +58,7 @@ def server_runner_available(*, probe: bool = True) -> bool:
     """A job runner in another process is alive, or a server answers and its runner comes up shortly."""
     if runner_alive():
         return True
-    if not probe or not server_answers(settings.ASK_SERVER_URL):
+    if not probe or not server_answers(server_address().url):
         return False
     deadline = time.monotonic() + RUNNER_START_WAIT
     while time.monotonic() < deadline:

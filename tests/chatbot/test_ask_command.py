@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
-from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from chatbot.management.commands import ask as ask_command
 from chatbot.models import Message
 from concurrency.simulator.testing import SimulatorProcess
+from rag.server_address import SERVER_FILE, server_address
 from tests.concurrency.simulator.fixtures import wait_idle_blocking
 from tests.rag.pipeline.conftest import pipeline_simulator  # noqa: F401 - fixture, used by name
 
@@ -172,8 +172,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def live_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """daphne on a free loopback port, with a data folder (DB, indexed store) of its own."""
+def live_server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     data_dir = tmp_path_factory.mktemp("live-server")
     env = {
         **os.environ,
@@ -181,6 +180,14 @@ def live_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "DJANGO_SETTINGS_MODULE": "chatbot.settings",
         "RAG_RATE_LIMIT_PER_MINUTE": "0",
     }
+    env.pop("ASK_SERVER_URL", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def live_server_url(live_server_env: dict[str, str]) -> Iterator[str]:
+    """daphne on a free loopback port, with a data folder (DB, indexed store) of its own."""
+    env = live_server_env
     manage = [sys.executable, str(ROOT / "manage.py")]
     for command in (["migrate", "--noinput"], ["reindex"]):
         subprocess.run([*manage, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=60)
@@ -250,4 +257,57 @@ def test_the_server_streams_sse_over_a_real_socket(live_server_url: str) -> None
         assert response.headers["content-type"].startswith("text/event-stream")
         events = list(ask_command.iter_sse_events(response.iter_lines()))
     assert events[-1]["channel"] == "meta_summary" and events[-1]["backend"] == "responses"
-    assert settings.ASK_SERVER_URL  # the default the command uses without --server
+    assert server_address().url  # what the command uses without --server
+
+
+@pytest.mark.slow
+def test_the_command_finds_the_server_where_it_said_it_listens(
+    live_server_url: str, live_server_env: dict[str, str]
+) -> None:
+    # As after `make run PORT=8200`: the server is not on the default port, and nothing names it to the command.
+    record = json.loads((Path(live_server_env["DATA_DIR"]) / SERVER_FILE).read_text())
+    assert record["url"] == live_server_url
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "ask", "How do I reset my password?", "--no-color"],
+        cwd=ROOT,
+        env=live_server_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "reset it yourself online" in done.stdout
+    assert f"answered by the server at {live_server_url}" in done.stdout
+
+
+def test_a_server_that_cannot_be_reached_is_named_with_how_to_choose_another() -> None:
+    with pytest.raises(CommandError) as caught:
+        run_ask("How do I reset my password?", "--via", "server", "--server", CLOSED_PORT_URL)
+    message = str(caught.value)
+    assert CLOSED_PORT_URL in message and "--server" in message and "ASK_SERVER_URL" in message
+    assert "--via local" in message
+    assert caught.value.returncode == 1
+
+
+@pytest.mark.slow
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    # `manage.py ask ... | head -1`: the pipe closes after the first line; no BrokenPipeError traceback.
+    env = {**os.environ, "DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "chatbot.settings"}
+    env.pop("ASK_SERVER_URL", None)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    for command in (["migrate", "--noinput"], ["reindex"]):
+        subprocess.run([*manage, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    ask = subprocess.Popen(
+        [*manage, "ask", "How do I reset my password?", "--json", "--via", "local"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert ask.stdout is not None and ask.stderr is not None
+    first = ask.stdout.readline()
+    ask.stdout.close()
+    stderr = ask.stderr.read().decode()
+    assert ask.wait(timeout=60) == 0, stderr
+    assert json.loads(first)["seq"] == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr

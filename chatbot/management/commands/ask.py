@@ -1,6 +1,7 @@
 """`manage.py ask "QUESTION"`: the chat from a terminal, streamed as it arrives.
 
-When a server of ours answers at ASK_SERVER_URL the question goes to it over SSE (it has the pipeline warm, the
+When a server of ours answers (at --server, ASK_SERVER_URL, or where the running server said it listens:
+DATA_DIR/server.json; see rag.server_address) the question goes to it over SSE (it has the pipeline warm, the
 deployment's LLM settings and its concurrency limits); otherwise the pipeline runs in this process, on the same
 index (the database). Either way the output is the same, and so is the client id (kept in
 DATA_DIR/cli_client_id and sent as the `hc_client` cookie), so `--conversation` continues a conversation across
@@ -14,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import sys
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,9 +34,10 @@ from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_op
 from chatbot.summaries import pending_summaries
 from rag.events import TERMINAL_CHANNELS, Event
 from rag.runtime import BACKENDS
+from rag.server_address import ServerAddress, server_address
+from rag.server_address import server_answers as address_answers
 from rag.wiring import reset_runtime
 
-SERVICE_NAME = "helpcentre-chatbot"
 PROBE_TIMEOUT = 0.5
 
 
@@ -53,12 +57,8 @@ def cli_client_hex(data_dir: Path) -> str:
 
 
 def server_answers(base_url: str) -> bool:
-    """Whether our own server (not just anything) listens at `base_url`."""
-    try:
-        response = httpx.get(urljoin(base_url.rstrip("/") + "/", "api/v1/health"), timeout=PROBE_TIMEOUT)
-        return response.status_code == 200 and response.json().get("service") == SERVICE_NAME
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return False
+    """Whether our own server (not just anything) listens at `base_url` (a short probe: a command waits on it)."""
+    return address_answers(base_url, timeout=PROBE_TIMEOUT)
 
 
 def iter_sse_events(lines: Iterable[str]) -> Iterator[Event]:
@@ -87,6 +87,7 @@ class Renderer:
         self.as_json = as_json
         self.color = color
         self.base_url = base_url
+        self.answered_by = ""  # "the server at URL" or "this process", said after the summary
         self._mode = ""  # "", "reasoning" or "answer": what the last delta was
         self._answer: list[str] = []
 
@@ -152,6 +153,8 @@ class Renderer:
         self.out.write("\n" + " · ".join(parts) + "\n")
         if event.get("conversation_id"):
             self.out.write(f"conversation {event['conversation_id']} (continue with --conversation)\n")
+        if self.answered_by:
+            self.out.write(f"answered by {self.answered_by}\n")
 
 
 class Command(BaseCommand):
@@ -168,10 +171,16 @@ class Command(BaseCommand):
             default="auto",
             help="auto: the running server if one answers, else this process (default)",
         )
-        parser.add_argument("--server", default="", help="server URL (default: ASK_SERVER_URL)")
+        parser.add_argument(
+            "--server",
+            default="",
+            help="server URL (default: ASK_SERVER_URL, else the address the running server wrote to "
+            "DATA_DIR/server.json, else http://127.0.0.1:8000)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        base_url = options["server"] or settings.ASK_SERVER_URL
+        address = server_address(options["server"])
+        base_url = address.url
         client_hex = cli_client_hex(settings.DATA_DIR)
         payload = {"question": options["question"], "conversation_id": options["conversation"]}
         try:
@@ -186,6 +195,7 @@ class Command(BaseCommand):
         via = options["via"]
         if via == "auto":
             via = "server" if server_answers(base_url) else "local"
+        renderer.answered_by = f"the server at {base_url}" if via == "server" else "this process"
         terminal: Event | None = None
         if via == "local":
             try:
@@ -193,8 +203,19 @@ class Command(BaseCommand):
             finally:
                 reset_runtime()  # close the store and its clients now, not at interpreter exit
         else:
-            terminal = _ask_server(base_url, ask, client_hex, renderer)
+            terminal = _ask_server(address, ask, client_hex, renderer)
         _exit_for(terminal)
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        try:
+            return super().execute(*args, **options)
+        except BrokenPipeError:
+            # `ask ... | head`: the reader left. Point stdout at /dev/null so the interpreter's final flush of
+            # the closed pipe raises nothing either, and end quietly as other Unix tools do.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            return None
 
 
 def _isatty(stream: Any) -> bool:
@@ -233,7 +254,8 @@ async def _ask_in_process(ask: AskInput, renderer: Renderer) -> Event | None:
     return terminal
 
 
-def _ask_server(base_url: str, ask: AskInput, client_hex: str, renderer: Renderer) -> Event | None:
+def _ask_server(address: ServerAddress, ask: AskInput, client_hex: str, renderer: Renderer) -> Event | None:
+    base_url = address.url
     url = urljoin(base_url.rstrip("/") + "/", sse_path_for_backend(ask.backend).lstrip("/"))
     body: dict[str, str] = {"question": ask.question}
     if ask.conversation_id:
@@ -260,7 +282,12 @@ def _ask_server(base_url: str, ask: AskInput, client_hex: str, renderer: Rendere
                     break
             return terminal
     except httpx.HTTPError as exc:
-        raise CommandError(f"cannot reach the server at {base_url}: {exc}", returncode=1) from None
+        found = "given with --server" if address.origin == "--server" else f"from {address.origin}"
+        raise CommandError(
+            f"cannot reach the server at {base_url} ({found}): {exc}. Name the server with --server URL or "
+            "ASK_SERVER_URL, or answer in this process with --via local.",
+            returncode=1,
+        ) from None
 
 
 def _raise_for_http_error(response: httpx.Response) -> None:
