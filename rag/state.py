@@ -37,6 +37,18 @@ class RetrievedChunk:
     tags: tuple[str, ...] = ()
 
 
+SNIPPET_CHARS = 280
+
+
+def passage_snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    """A passage's preview: its text on one line, cut at a word (or, in Chinese, anywhere) near `limit`."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat.rfind(" ", limit // 2, limit)
+    return flat[: cut if cut > 0 else limit].rstrip() + "…"
+
+
 @dataclass(slots=True)
 class Source:
     """A numbered source cited in the answer as [ref]."""
@@ -49,9 +61,12 @@ class Source:
     kind: str = "article"
     form_id: str = ""
     download_url: str = ""
+    snippet: str = ""  # the start of the cited passage, shown as its preview
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ref": self.ref, "doc_id": self.doc_id, "title": self.title, "url": self.url}
+        if self.snippet:
+            out["snippet"] = self.snippet
         if self.kind == "form":
             out.update(kind="form", form_id=self.form_id, download_url=self.download_url)
         return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rag.offline.answers import form_download_url
 from rag.offline.terms import split_sentences
-from rag.state import Attachment, RetrievedChunk, Source
+from rag.state import Attachment, RetrievedChunk, Source, passage_snippet
 
 _CITATION_RE = re.compile(r"\[(\d{1,3})\]")
 PREVIOUS_ANSWER_ID = "previous-answer"
@@ -48,6 +48,7 @@ def number_sources(
                     kind=chunk.kind,
                     form_id=chunk.form_id,
                     download_url=download_url,
+                    snippet=passage_snippet(chunk.text),
                 ),
                 form_file=chunk.form_file,
             )

@@ -41,6 +41,7 @@ def _source(raw: dict[str, Any], position: int) -> Source:
         kind=str(raw.get("kind", "article")),
         form_id=str(raw.get("form_id", "")),
         download_url=str(raw.get("download_url", "")),
+        snippet=str(raw.get("snippet", "")),
     )
 
 

@@ -13,7 +13,7 @@ from rag.offline import messages
 from rag.offline.passages import Block, Sentence, announces_list, answer_sentences
 from rag.offline.procedures import Procedure, find_procedure
 from rag.offline.terms import query_terms, split_sentences, text_terms
-from rag.state import Attachment, RetrievedChunk, Source
+from rag.state import Attachment, RetrievedChunk, Source, passage_snippet
 
 _TRAILING_PUNCT_RE = re.compile(r"[。！？!?.；;：:，,]+$")
 _CITATION_RE = re.compile(r"\s?\[\d+\]")
@@ -49,7 +49,7 @@ def cite(sentence: str, ref: int, language: str) -> str:
 
 def sources_block(sources: list[Source], language: str) -> str:
     lines = [messages.text("sources", language)]
-    lines.extend(f"[{s.ref}] {s.title} ({s.url})" for s in sources)
+    lines.extend(f"[{s.ref}] {s.title} ({s.url})" if s.url else f"[{s.ref}] {s.title}" for s in sources)
     return "\n".join(lines)
 
 
@@ -75,6 +75,7 @@ class _SourceBook:
                     kind=chunk.kind,
                     form_id=chunk.form_id,
                     download_url=download_url,
+                    snippet=passage_snippet(chunk.text),
                 )
             )
         return ref

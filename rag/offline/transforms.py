@@ -16,7 +16,7 @@ from rag.offline.terms import split_sentences
 from rag.state import Source
 from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language, to_simplified_async, to_traditional_async
 
-_SOURCE_LINE_RE = re.compile(r"^\[(\d+)\]\s+(.*?)\s+\((\S+)\)\s*$")
+_SOURCE_LINE_RE = re.compile(r"^\[(\d+)\]\s+(.*?)(?:\s+\((\S+)\))?\s*$")
 _CITED_RE = re.compile(r"\[(\d+)\]")
 
 
@@ -36,7 +36,7 @@ def split_answer(answer: str) -> tuple[str, list[Source]]:
         for line in answer[cut + 2 + len(label) :].splitlines():
             match = _SOURCE_LINE_RE.match(line.strip())
             if match:
-                sources.append(Source(ref=int(match[1]), doc_id="", title=match[2], url=match[3]))
+                sources.append(Source(ref=int(match[1]), doc_id="", title=match[2], url=match[3] or ""))
         return answer[:cut].rstrip(), sources
     return answer.rstrip(), []
 
@@ -77,7 +77,10 @@ async def transform_previous_answer(
     if instruction in (followup.TRANSLATE_ZH_HANS, followup.TRANSLATE_ZH_HANT) and answer_language != EN:
         convert = to_simplified_async if instruction == followup.TRANSLATE_ZH_HANS else to_traditional_async
         converted = await convert(previous_answer)
-        return Transformed(converted, [Source(s.ref, s.doc_id, await convert(s.title), s.url) for s in sources])
+        return Transformed(
+            converted,
+            [Source(s.ref, s.doc_id, await convert(s.title), s.url, snippet=await convert(s.snippet)) for s in sources],
+        )
     wants_english = instruction == followup.TRANSLATE_EN or (
         instruction == followup.TRANSLATE_OTHER and answer_language != EN
     )

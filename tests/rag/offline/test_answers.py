@@ -167,3 +167,18 @@ def test_a_heading_inside_a_chunk_lends_its_words_to_the_text_under_it():
     body = answers.answer_body(result.text)
     assert body.startswith("不會扣除已取得的時數[1]。")
     assert result.sources[0].doc_id == "zh-withdrawal"
+
+
+def test_each_source_carries_the_start_of_its_passage_as_a_preview():
+    result = answers.extractive_answer("How do I reset my password?", [PASSWORD_EN], language="en")
+    assert result is not None
+    snippet = result.sources[0].as_dict()["snippet"]
+    assert snippet and " ".join(PASSWORD_EN.text.split()).startswith(snippet.removesuffix("…"))
+    assert len(snippet) <= 281
+
+
+def test_a_source_without_a_url_is_listed_without_empty_brackets():
+    no_url = replace(PASSWORD_EN, url="", doc_id="hours", title="Library opening hours")
+    result = answers.extractive_answer("How do I reset my password?", [no_url], language="en")
+    assert result is not None
+    assert result.text.endswith("\n[1] Library opening hours")

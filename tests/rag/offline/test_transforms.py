@@ -67,3 +67,8 @@ async def test_no_previous_answer():
         "", followup.SUMMARIZE, language="en", summary_chars=200, shorten_chars=400
     )
     assert "no previous answer" in result.text
+
+
+def test_a_source_line_without_a_url_is_read_back():
+    _body, sources = split_answer("Open 9 to 5 [1].\n\nSources:\n[1] Library opening hours")
+    assert [(s.ref, s.title, s.url) for s in sources] == [(1, "Library opening hours", "")]
