@@ -111,3 +111,21 @@ def conversation_summary_set(*, conversation_id: str, request_id: str, summary: 
         if latest != request_id:
             return False
         return Conversation.objects.filter(pk=uuid.UUID(conversation_id)).update(summary=summary) == 1
+
+
+TITLE_MAX_CHARS = 200
+
+
+def conversation_rename(*, conversation_id: uuid.UUID, client_id: str, title: str) -> bool:
+    """Give one of the client's conversations a new title; False when it has none by that id.
+
+    An update of the title alone: the conversation keeps its place in the list (`updated_at` is not touched).
+    """
+    updated = Conversation.objects.filter(pk=conversation_id, client_id=client_id).update(title=title)
+    return updated == 1
+
+
+def conversation_delete(*, conversation_id: uuid.UUID, client_id: str) -> bool:
+    """Delete one of the client's conversations with its messages (and their feedback); False when none."""
+    deleted, _by_model = Conversation.objects.filter(pk=conversation_id, client_id=client_id).delete()
+    return deleted > 0

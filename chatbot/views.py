@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import threading
 import uuid
@@ -21,11 +22,13 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonRe
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils._os import safe_join
-from django.views.decorators.http import require_GET, require_safe
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_safe
 
 from chatbot import readiness, security
 from chatbot.selectors import conversation_list, conversation_messages
 from concurrency.jsonio import json_error
+from chatbot.services import TITLE_MAX_CHARS, conversation_delete, conversation_rename
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +87,47 @@ def conversation_list_api(request: HttpRequest) -> HttpResponse:
     return _with_client_cookie(request, JsonResponse({"conversations": conversations}), client_hex, is_new)
 
 
-@require_GET
+# CSRF: PATCH and DELETE are not requests a cross-site form can send, and a cross-site script can only send them
+# after a CORS preflight this server never answers (PATCH must also declare a JSON body, as the feedback API).
+@csrf_exempt
+@require_http_methods(["GET", "PATCH", "DELETE"])
 def conversation_detail_api(request: HttpRequest, conversation_id: uuid.UUID) -> HttpResponse:
     client_id, _client_hex, _is_new = security.client_from_request(request)
+    # Someone else's conversation looks exactly like a missing one, so ids cannot be probed.
+    not_found = json_error(404, "not_found", f"unknown conversation {conversation_id}")
+    if request.method == "DELETE":
+        return (
+            HttpResponse(status=204)
+            if conversation_delete(conversation_id=conversation_id, client_id=client_id)
+            else not_found
+        )
+    if request.method == "PATCH":
+        return _conversation_rename(request, conversation_id, client_id) or not_found
     messages = conversation_messages(conversation_id=str(conversation_id), client_id=client_id)
     if messages is None:
-        # Someone else's conversation looks exactly like a missing one, so ids cannot be probed.
-        return json_error(404, "not_found", f"unknown conversation {conversation_id}")
+        return not_found
     return JsonResponse({"id": str(conversation_id), "messages": messages})
+
+
+def _conversation_rename(request: HttpRequest, conversation_id: uuid.UUID, client_id: str) -> HttpResponse | None:
+    """`PATCH {"title": "..."}`: 200 with the new title, 400/415 naming what was wrong, None when not found."""
+    try:
+        security.require_json_content_type([(b"content-type", request.META.get("CONTENT_TYPE", "").encode("latin-1"))])
+    except security.UnsupportedContentType as exc:
+        return json_error(415, "bad_request", str(exc))
+    try:
+        payload = json.loads(request.body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return json_error(400, "bad_request", "request body is not valid JSON")
+    title = payload.get("title") if isinstance(payload, dict) else None
+    if not isinstance(title, str) or not title.strip():
+        return json_error(400, "bad_request", "title must be a non-empty string")
+    title = " ".join(title.split())
+    if len(title) > TITLE_MAX_CHARS:
+        return json_error(400, "bad_request", f"title must be at most {TITLE_MAX_CHARS} characters")
+    if not conversation_rename(conversation_id=conversation_id, client_id=client_id, title=title):
+        return None
+    return JsonResponse({"id": str(conversation_id), "title": title})
 
 
 # --- forms ---------------------------------------------------------------------------------------------------

@@ -192,6 +192,65 @@ def test_conversation_messages_are_only_shown_to_their_client(client: Client) ->
     assert client.get("/api/v1/chat/conversations/not-a-uuid").status_code == 404
 
 
+@pytest.mark.django_db
+def test_a_client_renames_its_conversation_keeping_its_place_in_the_list() -> None:
+    client = Client(enforce_csrf_checks=True)  # as a browser: the API must not need a CSRF token
+    mine = uuid.uuid4().hex
+    conversation = Conversation.objects.create(client_id=f"anon:{mine}", title="how do i reset")
+    before = Conversation.objects.get(pk=conversation.pk).updated_at
+    client.cookies["hc_client"] = mine
+    url = f"/api/v1/chat/conversations/{conversation.pk}"
+    response = client.patch(url, {"title": "  Password\nreset  "}, content_type="application/json")
+    assert response.status_code == 200 and response.json()["title"] == "Password reset"
+    stored = Conversation.objects.get(pk=conversation.pk)
+    assert (stored.title, stored.updated_at) == ("Password reset", before)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "words"),
+    [
+        ('{"title": ""}', "application/json", 400, "title must be a non-empty string"),
+        ('{"title": 3}', "application/json", 400, "title must be a non-empty string"),
+        ('{"title": "' + "x" * 201 + '"}', "application/json", 400, "at most 200 characters"),
+        ("{", "application/json", 400, "not valid JSON"),
+        ('{"title": "x"}', "text/plain", 415, "application/json"),
+    ],
+)
+def test_a_bad_rename_is_refused_naming_what_was_wrong(
+    client: Client, body: str, content_type: str, status: int, words: str
+) -> None:
+    mine = uuid.uuid4().hex
+    conversation = Conversation.objects.create(client_id=f"anon:{mine}", title="kept")
+    client.cookies["hc_client"] = mine
+    response = client.patch(f"/api/v1/chat/conversations/{conversation.pk}", body, content_type=content_type)
+    assert response.status_code == status
+    assert words in response.json()["error"]["message"]
+    assert Conversation.objects.get(pk=conversation.pk).title == "kept"
+
+
+@pytest.mark.django_db
+def test_a_client_deletes_its_conversation_and_no_one_elses() -> None:
+    client = Client(enforce_csrf_checks=True)
+    mine, theirs = uuid.uuid4().hex, uuid.uuid4().hex
+    own = Conversation.objects.create(client_id=f"anon:{mine}", title="mine")
+    Message.objects.create(conversation=own, role="user", content="q", request_id="r1")
+    other = Conversation.objects.create(client_id=f"anon:{theirs}", title="theirs")
+    client.cookies["hc_client"] = mine
+
+    assert client.delete(f"/api/v1/chat/conversations/{other.pk}").status_code == 404
+    assert (
+        client.patch(
+            f"/api/v1/chat/conversations/{other.pk}", {"title": "x"}, content_type="application/json"
+        ).status_code
+        == 404
+    )
+    assert Conversation.objects.get(pk=other.pk).title == "theirs"
+    assert client.delete(f"/api/v1/chat/conversations/{own.pk}").status_code == 204
+    assert not Conversation.objects.filter(pk=own.pk).exists() and not Message.objects.filter(request_id="r1").exists()
+    assert client.delete(f"/api/v1/chat/conversations/{own.pk}").status_code == 404
+
+
 def test_the_chat_page_sets_the_client_cookie_once(client: Client) -> None:
     response = client.get("/")
     assert response.status_code == 200
