@@ -73,6 +73,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "chatbot.middleware.RequestTooBigMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The admin speaks the browser's language (Accept-Language): zh-hant or en, LANGUAGES below.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -297,6 +299,7 @@ ASK_SERVER_URL = env_url("ASK_SERVER_URL", schemes=("http", "https"))
 # --- i18n, static ---------------------------------------------------------------------------------------
 LANGUAGE_CODE = "zh-hant"
 LANGUAGES = [("zh-hant", "繁體中文"), ("en", "English")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env_str("TIME_ZONE", "Asia/Taipei")
 USE_I18N = True
 USE_TZ = True

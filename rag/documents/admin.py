@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -22,11 +23,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from rag.documents.models import BackfillJob, Chunk, Document, IndexFormat, IndexJob, Job, JobStatus
+from rag.documents.models import BackfillJob, Chunk, Document, DocumentStatus, IndexFormat, IndexJob, Job, JobStatus
 from rag.documents.services import (
     MAX_UPLOAD_BYTES,
     UploadRefused,
     backfill_job_create,
+    document_sources_delete,
     index_job_create,
     job_cancel,
     upload_save,
@@ -130,7 +132,7 @@ class DocumentAdmin(admin.ModelAdmin):
         "last_job",
     )
     inlines = (ChunkInline,)
-    actions = ("reindex_sources",)
+    actions = ("reindex_sources", "delete_documents")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Document]:
         return (
@@ -150,7 +152,8 @@ class DocumentAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # a row is bookkeeping of the index: remove the file and reindex instead
+        # A row is bookkeeping of the index: deleting it alone would leave the document searchable. The
+        # `delete_documents` action deletes the way the index understands (the file, then a reindex).
         return False
 
     def get_urls(self) -> list[URLPattern]:
@@ -174,6 +177,41 @@ class DocumentAdmin(admin.ModelAdmin):
             return None
         job = index_job_create(paths=paths, created_by=request.user, created_from="admin")
         return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+
+    @admin.action(description="Delete the selected documents (their files, then a reindex)")
+    def delete_documents(self, request: HttpRequest, queryset: QuerySet[Document]) -> HttpResponse | None:
+        if not request.user.has_perm("rag_documents.add_indexjob"):
+            raise PermissionDenied
+        sources = sorted(set(queryset.values_list("source", flat=True)))
+        # One file may hold several documents (a SQuAD file, a page of sections): all of them go with it.
+        affected = (
+            Document.objects.filter(source__in=sources)
+            .exclude(status=DocumentStatus.DELETED)
+            .order_by("source", "doc_id")
+        )
+        refused = [source for source in sources if not _deletable(source)]
+        if request.POST.get("confirm") == "yes" and not refused:
+            try:
+                job = document_sources_delete(sources=sources, created_by=request.user, created_from="admin")
+            except PathNotAllowed as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                return None
+            self.message_user(
+                request,
+                f"Deleted {len(sources)} file(s); index job #{job.pk} removes their documents from the index.",
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Delete documents",
+            "files": [(source, [d for d in affected if d.source == source]) for source in sources],
+            "refused": refused,
+            "selected": queryset.values_list("pk", flat=True),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/rag_documents/document/delete_confirmation.html", context)
 
     def upload_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request) or not request.user.has_perm("rag_documents.add_indexjob"):
@@ -204,6 +242,14 @@ class DocumentAdmin(admin.ModelAdmin):
             "intro": f"Files are saved in {uploads_dir()} and indexed with the corpus ({corpus_dir()}).",
         }
         return TemplateResponse(request, "admin/rag_documents/form_page.html", context)
+
+
+def _deletable(source: str) -> bool:
+    try:
+        path_allowed(source)
+    except PathNotAllowed:
+        return False
+    return True
 
 
 # --- jobs -----------------------------------------------------------------------------------------------------

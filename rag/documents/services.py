@@ -33,7 +33,7 @@ from rag.documents.models import (
     JobRunnerHeartbeat,
     JobStatus,
 )
-from rag.documents.sources import FORMATS, UPLOAD_SUFFIXES, uploads_dir
+from rag.documents.sources import FORMATS, UPLOAD_SUFFIXES, PathNotAllowed, path_allowed, uploads_dir
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,21 @@ def upload_save(*, name: str, chunks: Iterable[bytes], max_bytes: int = MAX_UPLO
     finally:
         partial.unlink(missing_ok=True)
     return target.resolve()
+
+
+def document_sources_delete(*, sources: Iterable[str], created_by: Any = None, created_from: str = "") -> IndexJob:
+    """Delete documents: remove their source files and start the index job that drops them from the index.
+
+    An index job over a path it no longer finds deletes the documents read from it, so the index, the replica of
+    every worker and the rows follow the files. `sources` are the documents' `source` paths; each must lie in the
+    corpus or uploads folder (PathNotAllowed otherwise, before any file is touched). A file already gone is fine.
+    """
+    paths = sorted({path_allowed(source) for source in sources})
+    if not paths:
+        raise PathNotAllowed("no document source to delete")
+    for path in paths:
+        path.unlink(missing_ok=True)
+    return index_job_create(paths=paths, created_by=created_by, created_from=created_from)
 
 
 # --- creating and cancelling ---------------------------------------------------------------------------------

@@ -31,6 +31,11 @@
       thanksComment: "已收到您的意見，謝謝！", feedbackFailed: "回饋沒有送出：{m}",
       retry: "重新提問", retryIn: "{s} 秒後可重試", conversationOpened: "已開啟對話：{t}",
       newConversationStarted: "已開始新對話。", drawerClose: "關閉對話紀錄",
+      copy: "複製", copied: "已複製", copyFailed: "無法複製，請手動選取文字。", regenerate: "重新產生",
+      regenerateLabel: "重新產生這個回答", preview: "預覽段落", previewOf: "預覽：{t}",
+      rename: "重新命名", renameLabel: "對話名稱", renameOf: "重新命名：{t}", deleteOf: "刪除：{t}",
+      delete: "刪除", deleteConfirm: "要刪除「{t}」嗎？對話內容將無法復原。", renamed: "已重新命名為「{t}」。",
+      deleted: "已刪除對話「{t}」。", actionFailed: "操作沒有完成，請再試一次。",
       errors: {
         bad_request: "無法處理這個問題。", blocked: "很抱歉，這個問題無法回答。",
         busy: "目前使用人數眾多，請稍後再試。", timeout: "回應逾時，請再試一次。",
@@ -67,6 +72,11 @@
       feedbackFailed: "Feedback not sent: {m}", retry: "Ask again", retryIn: "You can retry in {s} s",
       conversationOpened: "Opened conversation: {t}", newConversationStarted: "Started a new conversation.",
       drawerClose: "Close conversations",
+      copy: "Copy", copied: "Copied", copyFailed: "Could not copy; select the text instead.", regenerate: "Regenerate",
+      regenerateLabel: "Regenerate this answer", preview: "Preview passage", previewOf: "Preview: {t}",
+      rename: "Rename", renameLabel: "Conversation name", renameOf: "Rename: {t}", deleteOf: "Delete: {t}",
+      delete: "Delete", deleteConfirm: "Delete “{t}”? Its messages cannot be recovered.", renamed: "Renamed to “{t}”.",
+      deleted: "Deleted the conversation “{t}”.", actionFailed: "That did not work; please try again.",
       errors: {
         bad_request: "This question cannot be handled.", blocked: "Sorry, this question cannot be answered.",
         busy: "The service is busy right now.", timeout: "The answer took too long. Please try again.",
@@ -151,6 +161,10 @@
     download: "M12 3v12m0 0l-5-5m5 5l5-5M4 21h16",
     doc: "M14 3H7a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h10a2 2 0 0 0 2-2V8zM14 3v5h5",
     check: "M5 12l5 5L20 7",
+    copy: "M9 9h10a2 2 0 0 1 2 2v8a2 2 0 0 1-2 2H11a2 2 0 0 1-2-2zM5 15a2 2 0 0 1-2-2V5a2 2 0 0 1 2-2h8a2 2 0 0 1 2 2",
+    regenerate: "M21 12a9 9 0 1 1-2.6-6.4M21 3v6h-6",
+    rename: "M4 20h4L19 9l-4-4L4 16zM13.5 6.5l4 4",
+    trash: "M4 7h16M10 11v6M14 11v6M6 7l1 13a1 1 0 0 0 1 1h8a1 1 0 0 0 1-1l1-13M9 7V4h6v3",
     chat: "M4 5.5A2.5 2.5 0 0 1 6.5 3h11A2.5 2.5 0 0 1 20 5.5v8a2.5 2.5 0 0 1-2.5 2.5H10l-4.5 4v-4A2.5 2.5 0 0 1 4 13.5z",
   };
 
@@ -352,6 +366,7 @@
       }
       const download = Markdown.safeHref(source.download_url);
       if (download) body.append(downloadLink(download, `${t("download")}${source.form_id ? ` ${source.form_id}` : ""}`));
+      if (source.snippet) body.append(sourcePreview(source.snippet, title));
       li.append(number, body);
       list.append(li);
     }
@@ -370,6 +385,16 @@
       view.sources.append(el("h3", "", t("downloads")), downloads);
     }
     view.sources.hidden = false;
+  }
+
+  // The cited passage, folded under its source: the words the answer was built from, without leaving the page
+  // (and the only way to read a source that has no URL).
+  function sourcePreview(snippet, title) {
+    const details = el("details", "source-preview");
+    const summary = el("summary", "", t("preview"));
+    summary.setAttribute("aria-label", t("previewOf", { t: title }));
+    details.append(summary, el("blockquote", "source-snippet", snippet));
+    return details;
   }
 
   function downloadLink(href, label) {
@@ -431,6 +456,64 @@
     }
     box.hidden = false;
     scrollToEnd();
+  }
+
+  // --- copy and regenerate ----------------------------------------------------------------------------------
+
+  // What "Copy" puts on the clipboard: the answer as written (markdown, with its [n] citations) and, since the
+  // citations mean nothing without them, the numbered sources as plain lines.
+  function answerText(body, sources) {
+    const lines = (sources || []).map((s) => `[${s.ref}] ${s.title || s.doc_id || ""}${s.url ? ` ${s.url}` : ""}`.trim());
+    return lines.length ? `${body.trim()}\n\n${t("sources")}:\n${lines.join("\n")}` : body.trim();
+  }
+
+  async function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) {
+      try {
+        await navigator.clipboard.writeText(text);
+        return true;
+      } catch (_) { /* denied: try the old way below */ }
+    }
+    // Plain http on another host is no secure context: the selection and execCommand still copy there.
+    const area = el("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "visually-hidden";
+    document.body.append(area);
+    area.select();
+    let ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch (_) { ok = false; }
+    area.remove();
+    return ok;
+  }
+
+  function actionButton(className, iconPath, label, title) {
+    const button = el("button", `answer-action ${className}`);
+    button.type = "button";
+    const text = el("span", "action-label", label);
+    button.append(icon(iconPath, 16), text);
+    if (title) button.setAttribute("aria-label", title);
+    return button;
+  }
+
+  function addAnswerActions(view, question, body, sources) {
+    const actions = el("div", "answer-actions");
+    const copy = actionButton("copy-button", ICONS.copy, t("copy"));
+    copy.addEventListener("click", async () => {
+      const ok = await copyText(answerText(body, sources));
+      copy.querySelector(".action-label").textContent = ok ? t("copied") : t("copy");
+      announce(ok ? t("copied") : t("copyFailed"));
+      window.setTimeout(() => { copy.querySelector(".action-label").textContent = t("copy"); }, 2000);
+    });
+    actions.append(copy);
+    if (question) {
+      const again = actionButton("regenerate-button", ICONS.regenerate, t("regenerate"), t("regenerateLabel"));
+      again.addEventListener("click", () => askAgain(question));
+      actions.append(again);
+    }
+    view.footer.prepend(actions);
   }
 
   // --- feedback ----------------------------------------------------------------------------------------------
@@ -596,6 +679,7 @@
       finishTimeline(view, true, terminal.elapsed_ms);
       showSources(view, terminal.sources, terminal.attachments);
       addFeedback(view, run.requestId);
+      addAnswerActions(view, run.question, withoutTrailingSourceList(view.text, terminal.sources), terminal.sources);
       if (terminal.conversation_id && terminal.conversation_id !== state.conversationId) {
         state.conversationId = terminal.conversation_id;
       }
@@ -618,8 +702,13 @@
   }
 
   function retryRun(run) {
+    askAgain(run.question);
+  }
+
+  // "Ask again" after an error and "Regenerate" after an answer: the same question, asked anew in this conversation.
+  function askAgain(question) {
     if (state.run) return;
-    els.question.value = run.question;
+    els.question.value = question;
     updateCharCount();
     els.form.requestSubmit();
   }
@@ -899,11 +988,13 @@
       month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
     });
     for (const conversation of state.conversations) {
-      const li = el("li");
+      const li = el("li", "conversation-item");
+      li.dataset.id = conversation.id;
+      const title = conversation.title || t("untitled");
       const button = el("button", "conversation");
       button.type = "button";
       if (conversation.id === state.conversationId) button.setAttribute("aria-current", "true");
-      button.append(el("span", "conversation-title", conversation.title || t("untitled")));
+      button.append(el("span", "conversation-title", title));
       const when = new Date(conversation.updated_at);
       if (!Number.isNaN(when.getTime())) {
         const time = el("time", "conversation-time", dateFormat.format(when));
@@ -911,9 +1002,99 @@
         button.append(time);
       }
       button.addEventListener("click", () => openConversation(conversation.id, conversation.title));
-      li.append(button);
+      const actions = el("div", "conversation-actions");
+      const rename = iconButton("rename-conversation", ICONS.rename, t("renameOf", { t: title }), t("rename"));
+      rename.addEventListener("click", () => startRename(li, conversation));
+      const remove = iconButton("delete-conversation", ICONS.trash, t("deleteOf", { t: title }), t("delete"));
+      remove.addEventListener("click", () => deleteConversation(conversation));
+      actions.append(rename, remove);
+      li.append(button, actions);
       list.append(li);
     }
+  }
+
+  function iconButton(className, iconPath, label, tooltip) {
+    const button = el("button", `icon-button small ${className}`);
+    button.type = "button";
+    button.title = tooltip;
+    button.setAttribute("aria-label", label);
+    button.append(icon(iconPath, 16));
+    return button;
+  }
+
+  async function conversationRequest(id, init) {
+    const response = await fetch(`${config.conversationsPath}/${encodeURIComponent(id)}`, {
+      credentials: "same-origin", ...init,
+    });
+    if (!response.ok && response.status !== 404) throw new Error(String(response.status));
+    return response;
+  }
+
+  // Renaming happens in place: the title becomes a text box; Enter (or leaving it) saves, Escape cancels.
+  function startRename(li, conversation) {
+    const current = conversation.title || "";
+    const form = el("form", "rename-form");
+    const input = el("input", "rename-input");
+    input.type = "text";
+    input.value = current;
+    input.maxLength = 200;
+    input.required = true;
+    input.setAttribute("aria-label", t("renameLabel"));
+    form.append(input);
+    li.replaceChildren(form);
+    input.focus();
+    input.select();
+    let finished = false;
+    const finish = async (save) => {
+      if (finished) return;
+      finished = true;
+      const title = input.value.trim();
+      if (save && title && title !== current) {
+        try {
+          const response = await conversationRequest(conversation.id, {
+            method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ title }),
+          });
+          if (response.ok) {
+            conversation.title = (await response.json()).title;
+            announce(t("renamed", { t: conversation.title }));
+          }
+        } catch (_) {
+          announce(t("actionFailed"));
+        }
+      }
+      renderConversations();
+      const again = els.conversations.querySelector(`li[data-id="${CSS.escape(conversation.id)}"] .rename-conversation`);
+      if (again) again.focus();
+    };
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      finish(true);
+    });
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation(); // not the drawer's Escape
+        finish(false);
+      }
+    });
+    input.addEventListener("blur", () => finish(true));
+  }
+
+  async function deleteConversation(conversation) {
+    if (state.run && conversation.id === state.conversationId) return;
+    const title = conversation.title || t("untitled");
+    if (!window.confirm(t("deleteConfirm", { t: title }))) return;
+    try {
+      await conversationRequest(conversation.id, { method: "DELETE" });
+    } catch (_) {
+      announce(t("actionFailed"));
+      return;
+    }
+    state.conversations = state.conversations.filter((c) => c.id !== conversation.id);
+    if (conversation.id === state.conversationId) newConversation(false);
+    renderConversations();
+    announce(t("deleted", { t: title }));
+    els.newConversation.focus();
   }
 
   async function openConversation(id, title) {
@@ -928,18 +1109,25 @@
       return;
     }
     els.messages.replaceChildren();
+    let question = "";
     for (const message of messages) {
       if (message.role === "user") {
         addUserMessage(message.content);
+        question = message.content;
         continue;
       }
       const view = addAnswerView();
       view.answer.setAttribute("aria-busy", "false");
       view.timeline.hidden = true;
-      view.markdown.flush(withoutTrailingSourceList(message.content || "", message.sources));
+      const body = withoutTrailingSourceList(message.content || "", message.sources);
+      view.markdown.flush(body);
       showSources(view, message.sources, []);
-      if (message.status === "ok") addFeedback(view, message.request_id);
-      else showError(view, message.status === "cancelled" ? "cancelled" : "internal", "", 0, null);
+      if (message.status === "ok") {
+        addFeedback(view, message.request_id);
+        addAnswerActions(view, question, body, message.sources);
+      } else {
+        showError(view, message.status === "cancelled" ? "cancelled" : "internal", "", 0, null);
+      }
     }
     state.conversationId = id;
     renderConversations();
@@ -950,12 +1138,13 @@
     announce(t("conversationOpened", { t: title || t("untitled") }));
   }
 
-  function newConversation() {
+  function newConversation(focusQuestion = true) {
     if (state.run) return;
     state.conversationId = "";
     els.messages.replaceChildren();
     els.welcome.hidden = false;
     renderConversations();
+    if (!focusQuestion) return;
     closeDrawer(false);
     els.question.focus();
     announce(t("newConversationStarted"));
@@ -999,7 +1188,7 @@
   els.stop.addEventListener("click", stop);
   window.addEventListener("pagehide", cancelOnLeave);
   window.addEventListener("pageshow", showCancelledOnReturn);
-  els.newConversation.addEventListener("click", newConversation);
+  els.newConversation.addEventListener("click", () => newConversation());
   els.question.addEventListener("input", () => {
     updateCharCount();
     autoGrow();
@@ -1036,10 +1225,19 @@
     const target = document.getElementById(link.getAttribute("href").slice(1));
     if (target) {
       event.preventDefault();
+      const preview = target.querySelector("details.source-preview");
+      if (preview) preview.open = true;
       target.scrollIntoView({ block: "center", behavior: "smooth" });
       target.focus({ preventScroll: true });
     }
   });
+
+  // The transport and the model API are kept across visits, as the language is.
+  for (const [select, key] of [[els.transport, "hc-transport"], [els.backend, "hc-backend"]]) {
+    const saved = localStorage.getItem(key);
+    if (saved && [...select.options].some((option) => option.value === saved)) select.value = saved;
+    select.addEventListener("change", () => localStorage.setItem(key, select.value));
+  }
 
   applyLanguage();
   loadConversations();

@@ -118,6 +118,7 @@ def chat_server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "RAG_RATE_LIMIT_PER_MINUTE": "0",
         "REDIS_URL": "",  # one worker: streams are kept in its memory
         "HC_TEST_ANSWER_DELAY": ANSWER_DELAY,
+        "RAG_JOB_RUNNER": "true",  # the admin's uploads and deletes are index jobs this server runs
     }
     for command in (["migrate", "--noinput"], ["reindex"]):
         subprocess.run([*MANAGE, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)

@@ -396,27 +396,41 @@ def test_on_a_phone_nothing_overflows_the_drawer_opens_and_closes_and_the_input_
     assert in_viewport(page, "#question") and in_viewport(page, "#send")
 
 
-@pytest.mark.parametrize(
-    ("language", "width", "height"),
-    [("en", 1280, 800), ("zh-hant", 1280, 800), ("en", 390, 844), ("zh-hant", 390, 844)],
-)
+SCREENSHOTS = [
+    ("en", 1280, 800, "light"),
+    ("zh-hant", 1280, 800, "light"),
+    ("en", 390, 844, "light"),
+    ("zh-hant", 390, 844, "light"),
+    ("en", 1280, 800, "dark"),
+    ("zh-hant", 390, 844, "dark"),
+]
+
+
+@pytest.mark.parametrize(("language", "width", "height", "scheme"), SCREENSHOTS)
 def test_screenshots(
-    chromium: Any, chat_server: str, screenshot_dir: Path, language: str, width: int, height: int
+    chromium: Any, chat_server: str, screenshot_dir: Path, language: str, width: int, height: int, scheme: str
 ) -> None:
     context = chromium.new_context(
         viewport={"width": width, "height": height},
         locale="zh-TW" if language == "zh-hant" else "en-US",
         device_scale_factor=2 if width < 600 else 1,
+        color_scheme=scheme,
     )
     page = context.new_page()
     page.goto(chat_server + "/")
-    question = "我要下載學習時數補登申請表" if language == "zh-hant" else QUESTION
+    question = "如何重設密碼？" if language == "zh-hant" else QUESTION
     page.fill("#question", question)
     page.press("#question", "Enter")
-    wait_answered(page.locator("li.message.assistant").last)
+    answer = page.locator("li.message.assistant").last
+    wait_answered(answer)
+    # The first source's preview is open: the passage the answer was built from.
+    answer.locator(".source-preview summary").first.click()
+    answer.locator(".source-snippet").first.wait_for()
     page.locator("#question").blur()
+    page.evaluate("document.getElementById('scroller').scrollTop = 1e6")
     device = "desktop" if width >= 600 else "phone"
-    path = screenshot_dir / f"chat-{device}-{language}.png"
+    suffix = "-dark" if scheme == "dark" else ""
+    path = screenshot_dir / f"chat-{device}-{language}{suffix}.png"
     page.screenshot(path=str(path))
     context.close()
     assert path.stat().st_size > 0

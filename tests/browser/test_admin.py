@@ -1,0 +1,153 @@
+"""The admin as staff use it, in the browser's language: English for an English browser, 繁中 for a zh-TW one,
+on a desktop and a phone; documents uploaded, then deleted from the index."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import server_query
+
+pytestmark = pytest.mark.browser
+
+USERNAME = "staff-browser"
+PASSWORD = "correct-horse-battery-9"
+CJK = re.compile(r"[\u4e00-\u9fff]")
+JOB_TIMEOUT_MS = 60_000
+
+CREATE_STAFF = f"""
+from django.contrib.auth import get_user_model
+User = get_user_model()
+if not User.objects.filter(username={USERNAME!r}).exists():
+    User.objects.create_superuser(username={USERNAME!r}, email="", password={PASSWORD!r})
+result = True
+"""
+
+
+@pytest.fixture(scope="module")
+def staff(chat_server_env: dict[str, str]) -> tuple[str, str]:
+    server_query(chat_server_env, CREATE_STAFF)
+    return USERNAME, PASSWORD
+
+
+def admin_page(chromium: Any, url: str, *, language: str, phone: bool) -> Any:
+    context = chromium.new_context(
+        viewport={"width": 390, "height": 844} if phone else {"width": 1400, "height": 900},
+        locale="zh-TW" if language == "zh-hant" else "en-US",
+        has_touch=phone,
+    )
+    page = context.new_page()
+    page.errors = []
+    page.missing = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.on("response", lambda response: page.missing.append(response.url) if response.status == 404 else None)
+    page.set_default_timeout(15_000)
+    page.goto(url + "/admin/login/?next=/admin/")
+    return page
+
+
+def log_in(page: Any, staff: tuple[str, str]) -> None:
+    page.fill("#id_username", staff[0])
+    page.fill("#id_password", staff[1])
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+
+
+@pytest.fixture(params=[("en", False), ("zh-hant", True)], ids=["en-desktop", "zh-hant-phone"])
+def admin(request: pytest.FixtureRequest, chromium: Any, chat_server: str, staff: tuple[str, str]) -> Iterator[Any]:
+    language, phone = request.param
+    page = admin_page(chromium, chat_server, language=language, phone=phone)
+    page.language = language
+    log_in(page, staff)
+    yield page
+    page.context.close()
+    assert not page.errors, f"script errors on the page: {page.errors}"
+
+
+def test_an_english_browser_gets_an_english_admin(chromium: Any, chat_server: str, staff: tuple[str, str]) -> None:
+    page = admin_page(chromium, chat_server, language="en", phone=False)
+    try:
+        assert page.locator("label[for=id_username]").inner_text().startswith("Username")
+        log_in(page, staff)
+        assert page.locator("html").get_attribute("lang") == "en"
+        text = page.locator("#content").text_content()
+        assert "Site administration" in page.title()
+        assert "Documents and index jobs" in text and "LLM concurrency" in text
+        assert not CJK.findall(page.locator("body").inner_text()), "Chinese words in the English admin"
+        page.goto(chat_server + "/admin/rag_documents/backfilljob/")
+        assert not CJK.findall(page.locator("#content").inner_text())
+        assert "Select backfill job to view" in page.locator("#content h1").inner_text()
+    finally:
+        page.context.close()
+    assert not page.missing, f"404s: {page.missing}"  # the favicon among them
+
+
+def test_a_chinese_browser_gets_the_admin_in_traditional_chinese(
+    chromium: Any, chat_server: str, staff: tuple[str, str]
+) -> None:
+    page = admin_page(chromium, chat_server, language="zh-hant", phone=True)
+    try:
+        assert page.locator("label[for=id_username]").inner_text().startswith("使用者名稱")
+        log_in(page, staff)
+        assert page.locator("html").get_attribute("lang") == "zh-hant"
+        text = page.locator("#content").text_content()
+        # Our own words too, not only Django's: the apps' names.
+        assert "文件與索引工作" in text and "LLM 並行控制" in text
+        assert "Documents and index jobs" not in text
+    finally:
+        page.context.close()
+    assert not page.missing, f"404s: {page.missing}"
+
+
+WORD = {"en": "Delete the selected documents", "zh-hant": "刪除選取的文件"}
+
+
+def test_staff_upload_a_document_then_delete_it_from_the_index(
+    admin: Any, chat_server: str, chat_server_env: dict[str, str], tmp_path: Path
+) -> None:
+    page = admin
+    term = f"walrus{uuid.uuid4().hex[:8]}"
+    upload = tmp_path / f"{term}.md"
+    upload.write_text(
+        f"---\ntitle: The {term} policy\nlanguage: en\n---\n\n# The {term} policy\n\n"
+        f"The {term} policy says walruses may borrow two books at a time.\n",
+        encoding="utf-8",
+    )
+    page.goto(chat_server + "/admin/rag_documents/document/upload/")
+    page.set_input_files("#id_files", str(upload))
+    page.locator("#content-main input[type=submit]").click()
+    page.wait_for_url("**/indexjob/*/change/")
+    page.locator("#rag-job[data-finished='1']").wait_for(timeout=JOB_TIMEOUT_MS)
+    assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
+    assert indexed(chat_server_env, term) == ["indexed"]
+
+    page.goto(chat_server + f"/admin/rag_documents/document/?q={term}")
+    page.locator("input.action-select").first.check()
+    page.select_option("select[name=action]", "delete_documents")
+    assert WORD[page.language] in page.locator("select[name=action] option[value=delete_documents]").inner_text()
+    page.locator("button[name=index]").click()
+    # A confirmation names the file and every document it holds before anything is removed.
+    confirmation = page.locator("#content-main")
+    confirmation.locator(".deleted-files").wait_for()
+    assert upload.name in confirmation.inner_text() and f"The {term} policy" in confirmation.inner_text()
+    assert indexed(chat_server_env, term) == ["indexed"]
+    confirmation.locator("input[type=submit]").click()
+    page.wait_for_url("**/indexjob/*/change/")
+    page.locator("#rag-job[data-finished='1']").wait_for(timeout=JOB_TIMEOUT_MS)
+    assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
+    assert indexed(chat_server_env, term) == ["deleted"]
+    assert not (Path(chat_server_env["DATA_DIR"]) / "uploads" / upload.name).exists()
+
+
+def indexed(env: dict[str, str], term: str) -> list[str]:
+    """The statuses of the documents whose title names `term`, as the server's database has them."""
+    return server_query(
+        env,
+        "from rag.documents.models import Document\n"
+        f"result = list(Document.objects.filter(title__contains={term!r}).values_list('status', flat=True))",
+    )
