@@ -75,6 +75,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     # The admin speaks the browser's language (Accept-Language): zh-hant or en, LANGUAGES below.
     "django.middleware.locale.LocaleMiddleware",
+    "chatbot.middleware.viewer_timezone",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -15,6 +15,7 @@ urlpatterns = [
     path("", views.chat_page, name="chat"),
     path("api/v1/health", views.health, name="health"),
     path("api/v1/ready", views.ready, name="ready"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("api/v1/chat/conversations", views.conversation_list_api, name="conversation-list"),
     path("api/v1/chat/conversations/<uuid:conversation_id>", views.conversation_detail_api, name="conversation-detail"),
     path("api/v1/rag/forms/export.csv", views.forms_export_csv, name="forms-export"),

@@ -56,6 +56,17 @@ def chat_page(request: HttpRequest) -> HttpResponse:
     return _with_client_cookie(request, render(request, "chat/index.html", context), client_hex, is_new)
 
 
+FAVICON = Path(settings.BASE_DIR) / "static" / "favicon.svg"
+
+
+@require_safe
+def favicon(request: HttpRequest) -> HttpResponse:
+    """`/favicon.ico`, which browsers ask for on pages that name no icon (the JSON APIs, the admin's 404s)."""
+    response = HttpResponse(FAVICON.read_bytes(), content_type="image/svg+xml")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
     # The `ask` command probes this to tell our server from anything else listening on ASK_SERVER_URL.

@@ -280,3 +280,9 @@ def test_pages_carry_a_content_security_policy_that_runs_only_our_scripts(client
     assert policy["default-src"] == "'self'" and policy["object-src"] == "'none'"
     assert "'unsafe-inline'" not in policy["script-src"] and "'unsafe-eval'" not in policy["script-src"]
     assert policy["frame-ancestors"] == "'none'" and policy["connect-src"] == "'self'"
+
+
+def test_the_favicon_is_served(client: Client) -> None:
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200 and response["Content-Type"] == "image/svg+xml"
+    assert response.content.startswith(b"<svg")
