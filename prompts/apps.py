@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class PromptsConfig(AppConfig):
     name = "prompts"
-    verbose_name = "Prompts"
+    verbose_name = _("Prompts")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

@@ -1,7 +1,8 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class RagConfig(AppConfig):
     name = "rag"
-    verbose_name = "Retrieval pipeline"
+    verbose_name = _("Retrieval pipeline")
     default_auto_field = "django.db.models.BigAutoField"

@@ -21,6 +21,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from rag.documents.models import BackfillJob, Chunk, Document, DocumentStatus, IndexFormat, IndexJob, Job, JobStatus
@@ -162,7 +163,7 @@ class DocumentAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    @admin.action(description="Reindex the sources of the selected documents")
+    @admin.action(description=_("Reindex the sources of the selected documents"))
     def reindex_sources(self, request: HttpRequest, queryset: QuerySet[Document]) -> HttpResponse | None:
         paths: list[str] = []
         for source in sorted(set(queryset.values_list("source", flat=True))):
@@ -178,7 +179,7 @@ class DocumentAdmin(admin.ModelAdmin):
         job = index_job_create(paths=paths, created_by=request.user, created_from="admin")
         return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
 
-    @admin.action(description="Delete the selected documents (their files, then a reindex)")
+    @admin.action(description=_("Delete the selected documents (their files, then a reindex)"))
     def delete_documents(self, request: HttpRequest, queryset: QuerySet[Document]) -> HttpResponse | None:
         if not request.user.has_perm("rag_documents.add_indexjob"):
             raise PermissionDenied
@@ -198,14 +199,15 @@ class DocumentAdmin(admin.ModelAdmin):
                 return None
             self.message_user(
                 request,
-                f"Deleted {len(sources)} file(s); index job #{job.pk} removes their documents from the index.",
+                _("Deleted %(files)d file(s); index job #%(job)d removes their documents from the index.")
+                % {"files": len(sources), "job": job.pk},
                 messages.SUCCESS,
             )
             return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Delete documents",
+            "title": _("Delete documents"),
             "files": [(source, [d for d in affected if d.source == source]) for source in sources],
             "refused": refused,
             "selected": queryset.values_list("pk", flat=True),

@@ -1,8 +1,9 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class SemanticCacheConfig(AppConfig):
     name = "rag.semcache"
     label = "rag_semcache"
-    verbose_name = "Semantic cache"
+    verbose_name = _("Semantic cache")
     default_auto_field = "django.db.models.BigAutoField"

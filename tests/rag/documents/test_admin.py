@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import BackfillJob, Chunk, Document, IndexJob, JobStatus
-from rag.documents.services import index_job_create, job_claim
+from rag.documents.services import index_job_create, job_claim, upload_save
 from rag.documents.sources import uploads_dir
 from rag.retrieval.store import VectorStore
 from tests.rag.documents.conftest import CountingEmbedder
@@ -43,7 +43,9 @@ def test_documents_list_filters_searches_and_shows_chunks_with_descriptions(staf
     Chunk.objects.filter(pk=chunk.pk).update(
         description_zh="說明如何報名課程", description_en="How to enrol in a course", described_at=timezone.now()
     )
-    page = staff.get("/admin/rag_documents/document/", {"language__exact": "en", "q": "enrol"})
+    page = staff.get(
+        "/admin/rag_documents/document/", {"language__exact": "en", "q": "enrol"}, HTTP_ACCEPT_LANGUAGE="en"
+    )
     assert page.status_code == 200
     html = page.content.decode()
     assert "en-enrolment" in html and "zh-enrolment" not in html
@@ -153,3 +155,27 @@ def test_a_hidden_upload_name_is_made_visible_and_size_is_bounded(configured: Pa
     with pytest.raises(UploadRefused, match="larger than"):
         upload_save(name="big.txt", chunks=[b"x" * 1024] * 3, max_bytes=2048)
     assert sorted(p.name for p in uploads_dir().iterdir()) == ["notes.md"]  # no partial file left behind
+
+
+def test_deleting_documents_asks_first_then_removes_the_file_and_starts_the_reindex(staff: Client) -> None:
+    upload = upload_save(name="walrus.md", chunks=[b"---\ntitle: Walrus\nlanguage: en\n---\n\nWalruses.\n"])
+    document = Document.objects.create(doc_id="uploads/walrus.md", title="Walrus", language="en", source=str(upload))
+    action = {"action": "delete_documents", "_selected_action": [document.pk]}
+    page = staff.post("/admin/rag_documents/document/", action, HTTP_ACCEPT_LANGUAGE="en")
+    assert page.status_code == 200 and str(upload) in page.content.decode()
+    assert upload.exists() and not IndexJob.objects.exists()  # nothing happens before the confirmation
+
+    done = staff.post("/admin/rag_documents/document/", {**action, "confirm": "yes"})
+    job = IndexJob.objects.get()
+    assert done.status_code == 302 and done["Location"].endswith(f"/indexjob/{job.pk}/change/")
+    assert not upload.exists() and job.paths == [str(upload)]
+
+
+def test_a_document_from_outside_the_indexed_folders_is_not_deleted(staff: Client, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.md"
+    outside.write_text("x")
+    document = Document.objects.create(doc_id="elsewhere", title="Elsewhere", language="en", source=str(outside))
+    action = {"action": "delete_documents", "_selected_action": [document.pk], "confirm": "yes"}
+    page = staff.post("/admin/rag_documents/document/", action, HTTP_ACCEPT_LANGUAGE="en")
+    assert page.status_code == 200 and "cannot be deleted here" in page.content.decode()
+    assert outside.exists() and not IndexJob.objects.exists()
