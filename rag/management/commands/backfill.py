@@ -18,15 +18,25 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rag.documents.backfill import backfill_job_execute
-from rag.documents.follow import JobCommand, describe_outcome, in_thread, job_command_run
+from rag.documents.follow import (
+    JobCommand,
+    describe_outcome,
+    in_thread,
+    job_command_run,
+    job_follow,
+    server_runner_available,
+)
 from rag.documents.models import BackfillJob, Job, JobStatus
 from rag.documents.services import backfill_job_create
 from rag.retrieval.embedding import Embedder, bind_embedder_loop
 from rag.retrieval.store import VectorStore
 
 NO_LLM = (
-    "No LLM is configured (LLM_BASE_URL is empty): backfill needs one to write the descriptions. Nothing was changed."
+    "No LLM is configured here (LLM_BASE_URL is empty) and no running server's job runner answers to run the "
+    "backfill with its own: set LLM_BASE_URL, or start the server (make run) and run backfill again. Nothing was "
+    "changed."
 )
+SERVER_LLM = "No LLM is configured here (LLM_BASE_URL is empty): the running server's job runner uses its own."
 LOCKED_HELP = (
     "The embedded vector store at {path} is held by another process and no job runner answers for it. Stop that "
     "process and run backfill again, or run the server with its job runner (it runs the job, this command "
@@ -49,7 +59,7 @@ class Command(BaseCommand):
         if limit is not None and limit < 1:
             raise CommandError("--limit must be at least 1", returncode=2)
         if not settings.LLM_BASE_URL:
-            self.stdout.write(NO_LLM)
+            self._through_the_server(limit=limit, no_wait=options["no_wait"])
             return
         from rag.wiring import check_embedding_settings
 
@@ -66,6 +76,19 @@ class Command(BaseCommand):
         )
         if job is not None:
             self._report(job)  # type: ignore[arg-type]
+
+    def _through_the_server(self, *, limit: int | None, no_wait: bool) -> None:
+        """Without an LLM here the server may still have one (its environment, not this shell's): leave the
+        job to its runner, as reindex does when the server holds the store; with no server, fail (exit 1)."""
+        if not server_runner_available():
+            raise CommandError(NO_LLM, returncode=1)
+        job = backfill_job_create(limit=limit, created_from="command")
+        label = BACKFILL.label(job)
+        if no_wait:
+            self.stdout.write(f"{SERVER_LLM} Queued {label}; the server runs it.")
+            return
+        self.stdout.write(f"{SERVER_LLM} Following {label} (Ctrl-C cancels the job).")
+        self._report(job_follow(job, out=self.stdout, label=label))  # type: ignore[arg-type]
 
     def _report(self, job: BackfillJob) -> None:
         if job.status != JobStatus.SUCCEEDED:

@@ -101,12 +101,15 @@ def test_no_wait_queues_the_job(configured: Path) -> None:
     assert live_count(configured) == 0
 
 
-def test_backfill_without_an_llm_says_so_and_changes_nothing(configured: Path) -> None:
+def test_backfill_without_an_llm_or_a_server_fails_saying_what_to_do_and_changes_nothing(configured: Path) -> None:
     run("reindex")
     described_before = list(Chunk.objects.values_list("chunk_id", "described_at"))
-    out, err = run("backfill")
-    assert "No LLM is configured (LLM_BASE_URL is empty)" in out and "Nothing was changed." in out
-    assert err == ""
+    with pytest.raises(CommandError) as refused:
+        run("backfill")
+    assert refused.value.returncode == 1
+    message = str(refused.value)
+    assert "No LLM is configured here (LLM_BASE_URL is empty)" in message and "Nothing was changed." in message
+    assert "start the server" in message
     assert not BackfillJob.objects.exists()
     assert list(Chunk.objects.values_list("chunk_id", "described_at")) == described_before
 

@@ -173,3 +173,16 @@ def test_reindex_follows_the_job_the_store_owner_runs_and_ctrl_c_cancels_it(
     assert "was cancelled" in err.text and "live index is unchanged" in err.text
     assert owner.search("quokka") == []
     assert "en-waiting" in owner.search("waiting list")
+
+
+def test_backfill_without_an_llm_here_leaves_the_job_to_the_server_and_fails_with_it(
+    site: dict[str, str], owner: StoreOwner
+) -> None:
+    # The server's environment decides: this one has no LLM either, so the job fails there, and the command
+    # says so with a non-zero exit instead of refusing before asking.
+    followed = manage(site, "backfill")
+    assert "No LLM is configured here (LLM_BASE_URL is empty): the running server's job runner uses its own." in (
+        followed.stdout
+    )
+    assert followed.returncode == 1, followed.stdout + followed.stderr
+    assert "no LLM is configured (LLM_BASE_URL) in the process running jobs" in followed.stderr
