@@ -28,6 +28,7 @@ from rag.documents.models import IndexJob, Job, JobStatus
 from rag.documents.services import index_job_create
 from rag.documents.sources import FORMATS
 from rag.retrieval.embedding import Embedder, bind_embedder_loop
+from rag.retrieval.loaders import ATTACHMENT_REASON
 from rag.retrieval.store import VectorStore
 
 LOCKED_HELP = (
@@ -96,7 +97,12 @@ class Command(BaseCommand):
 
     def _report(self, job: IndexJob) -> None:
         report = job.report or {}
-        for item in report.get("skipped_files", []):
+        skipped_files = report.get("skipped_files", [])
+        # A form's attachment (its PDF) is offered for download, not indexed, by design: one quiet line, not a
+        # warning per file.
+        attachments = [item for item in skipped_files if str(item.get("reason", "")).startswith(ATTACHMENT_REASON)]
+        skipped = [item for item in skipped_files if item not in attachments]
+        for item in skipped:
             self.stderr.write(f"skipped {item['path']}: {item['reason']}")
         if job.status != JobStatus.SUCCEEDED:
             raise CommandError(describe_outcome(job, label=REINDEX.label(job)))
@@ -112,15 +118,18 @@ class Command(BaseCommand):
                 f"({job.collection}, live as {settings.QDRANT_COLLECTION}{replaced})."
             )
         )
+        embedded = report.get("embedded", 0) + report.get("reencoded", 0)
         self.stdout.write(
             f"Documents: {job.added} added, {job.updated} updated, {job.unchanged} unchanged, {job.deleted} deleted, "
-            f"{job.skipped} skipped. Chunks: {report.get('embedded', 0) + report.get('reencoded', 0)} embedded, "
+            f"{job.skipped - len(attachments)} skipped. Chunks: {embedded} embedded, "
             f"{report.get('copied', 0)} reused from the previous build."
         )
         for doc_id in report.get("stale", []):
             self.stdout.write(f"kept the indexed version of {doc_id}: its source could not be read this time")
-        if job.skipped:
-            self.stdout.write(self.style.WARNING(f"{job.skipped} file(s) skipped, see above."))
+        if attachments:
+            self.stdout.write(f"{len(attachments)} form attachment(s) kept for download (not indexed, by design).")
+        if job.skipped > len(attachments):
+            self.stdout.write(self.style.WARNING(f"{job.skipped - len(attachments)} file(s) skipped, see above."))
 
 
 async def _execute(job: Job, store: VectorStore, stop: threading.Event) -> None:

@@ -57,6 +57,8 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "pdf": (".pdf",),
     "squad": (".json",),
 }
+# The reason a form's attachment (the file its `form_file` names) is left out of the index: it is downloaded.
+ATTACHMENT_REASON = "attachment of"
 _BY_EXTENSION = {extension: name for name, extensions in EXTENSIONS.items() for extension in extensions}
 
 Loader = Callable[..., list[Document]]
@@ -148,7 +150,7 @@ def load_documents(
             if file.resolve() in attachments:
                 # indexing the blank form as well would put two hits for one form in every answer
                 errors.append(
-                    LoadError(file, f"attachment of {attachments[file.resolve()]!r} (form_file); not indexed")
+                    LoadError(file, f"{ATTACHMENT_REASON} {attachments[file.resolve()]!r} (form_file); not indexed")
                 )
                 continue
             loaded = _load_file(file, root=root, format=format, language=language, errors=errors)

@@ -60,6 +60,29 @@ def test_paths_and_skipped_files(configured: Path) -> None:
     assert "broken.md: front matter is not closed" in err
 
 
+FORM_DOC = """---
+title: Hours correction form
+language: en
+kind: form
+form_id: F-1
+form_file: forms/hours.pdf
+---
+
+Download the hours correction form.
+"""
+
+
+def test_a_forms_attachment_is_one_quiet_line_not_a_skipped_file(configured: Path) -> None:
+    corpus = configured / "corpus"
+    (corpus / "forms").mkdir(exist_ok=True)
+    (corpus / "forms" / "hours.pdf").write_bytes(b"%PDF-1.4 not really")
+    (corpus / "en-form-hours.md").write_text(FORM_DOC, encoding="utf-8")
+    out, err = run()
+    assert err == ""
+    assert "1 form attachment(s) kept for download (not indexed, by design)." in out
+    assert "0 skipped" in out and "file(s) skipped" not in out
+
+
 def test_no_documents_is_an_error(configured: Path) -> None:
     empty = configured / "empty"
     empty.mkdir()
