@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from rag.errors import PipelineAbort
 from rag.llm.client import aclose_clients
@@ -76,6 +76,41 @@ class EvalResult:
             load_seconds=round(self.load_seconds, 3),
         )
         return out
+
+
+# `progress(stage, done, total)`: "indexing" per batch of chunks, then "asking" per question.
+StageProgress = Callable[[str, int, int], None]
+_BAR_WIDTH = 28
+_DRAW_INTERVAL = 0.25
+
+
+class ProgressBar:
+    """The run's progress on stderr, redrawn in place (\r) at most four times a second, as reindex draws its
+    own; stdout keeps the results alone (`--json` stays one object)."""
+
+    def __init__(self, out: OutputWrapper) -> None:
+        self.out = out
+        self.drawn_at = 0.0
+        self.stage = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        finished = done >= total
+        if stage == self.stage and not finished and now - self.drawn_at < _DRAW_INTERVAL:
+            return
+        if self.stage and stage != self.stage:
+            self.out.write("\n", ending="")
+        self.stage, self.drawn_at = stage, now
+        filled = round(_BAR_WIDTH * done / total) if total else 0
+        percent = round(100 * done / total) if total else 0
+        bar = "#" * filled + "." * (_BAR_WIDTH - filled)
+        self.out.write(f"\r{stage:<8} [{bar}] {done}/{total} {percent:3d}%", ending="")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.stage:
+            self.out.write("\n", ending="")
+            self.out.flush()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -123,6 +158,7 @@ async def index_and_ask(
     depth: int,
     chunking: ChunkingConfig,
     on_loop: Callable[[], None] | None = None,
+    progress: StageProgress | None = None,
 ) -> tuple[Any, list[int], list[float]]:
     """Build the index (on a thread) and ask, all on this one loop: a network embedder's calls, at index and at
     query time, run here under one concurrency manager and one set of HTTP clients."""
@@ -130,8 +166,11 @@ async def index_and_ask(
         on_loop()
     bind_embedder_loop(retriever.embedder, asyncio.get_running_loop())
     try:
-        report = await asyncio.to_thread(build_index, documents, store, retriever.embedder, config=chunking)
-        ranks, latencies = await ask_all(retriever, questions, depth)
+        indexing = (lambda done, total: progress("indexing", done, total)) if progress else None
+        report = await asyncio.to_thread(
+            build_index, documents, store, retriever.embedder, config=chunking, progress=indexing
+        )
+        ranks, latencies = await ask_all(retriever, questions, depth, progress)
         return report, ranks, latencies
     finally:
         bind_embedder_loop(retriever.embedder, None)
@@ -139,7 +178,7 @@ async def index_and_ask(
 
 
 async def ask_all(
-    retriever: StoreRetriever, questions: list[SquadQuestion], depth: int
+    retriever: StoreRetriever, questions: list[SquadQuestion], depth: int, progress: StageProgress | None = None
 ) -> tuple[list[int], list[float]]:
     """Ranks of the gold paragraphs and per-question latencies (ms), questions asked one at a time."""
     # more chunks than documents wanted: several chunks of one document take one place
@@ -153,6 +192,8 @@ async def ask_all(
         chunks = await retriever.search(question.text, limit=limit, language=language)
         latencies.append((time.perf_counter() - started) * 1000)
         ranks.append(gold_rank([chunk.doc_id for chunk in chunks], question.doc_id, depth))
+        if progress is not None:
+            progress("asking", len(ranks), len(questions))
     return ranks, latencies
 
 
@@ -168,6 +209,7 @@ def evaluate_squad(
     embedder: Embedder | None = None,
     search_settings: SearchSettings | None = None,
     on_loop: Callable[[], None] | None = None,
+    progress: StageProgress | None = None,
 ) -> EvalResult:
     """Index `path` into a temporary store and ask its questions. Raises `SkipFile` for an unusable file."""
     sink: list[LoadError] = errors if errors is not None else []
@@ -187,7 +229,14 @@ def evaluate_squad(
         retriever = StoreRetriever(store, embedder, mode=mode or default_mode(embedder), settings=search_settings)
         report, ranks, latencies = asyncio.run(
             index_and_ask(
-                squad.documents, store, retriever, questions, depth, chunking or chunking_for("squad"), on_loop
+                squad.documents,
+                store,
+                retriever,
+                questions,
+                depth,
+                chunking or chunking_for("squad"),
+                on_loop,
+                progress,
             )
         )
     n = len(ranks)
@@ -250,6 +299,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         default, search_settings = search_settings_from_settings(embedder)
         mode = options["mode"] or default
+        bar = ProgressBar(self.stderr)
         try:
             result = evaluate_squad(
                 path,
@@ -262,11 +312,14 @@ class Command(BaseCommand):
                 embedder=embedder,
                 search_settings=search_settings,
                 on_loop=configure_concurrency_manager,
+                progress=bar,
             )
         except SkipFile as exc:
             raise CommandError(f"{path}: {exc.reason}") from exc
         except PipelineAbort as exc:
             raise CommandError(exc.message) from exc
+        finally:
+            bar.close()
         for error in errors:
             self.stderr.write(f"skipped {error}")
         summary = result.as_dict() | {

@@ -39,6 +39,9 @@ def test_json_is_one_object_with_the_agreed_keys(squad_file: Path) -> None:
     assert result["index_seconds"] > 0
     assert result["mode"] == "sparse"
     assert "data[0].paragraphs[2]: no context text" in err
+    # The progress of both stages is drawn on stderr (in place, with \r), ending full.
+    assert "\rindexing [############################] 4/4 100%" in err
+    assert "\rasking   [############################] 5/5 100%" in err
 
 
 def test_table_output_and_options(squad_file: Path) -> None:
