@@ -16,7 +16,7 @@ from django.template import engines
 from django.urls import URLPattern, path
 from django.utils import timezone
 
-from chatbot.feedback import feedback_export_rows
+from chatbot.feedback import feedback_export_rows, feedback_with_question
 from chatbot.models import Conversation, Feedback, Message
 
 MESSAGE_FIELDS = (
@@ -111,16 +111,62 @@ def _feedback_change_list_template() -> Any:
     )
 
 
+class ScoreFilter(admin.SimpleListFilter):
+    """Scores as people gave them: a thumb up or down, or a rating out of five (never a bare 0 or 1)."""
+
+    title = "score"
+    parameter_name = "score"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("up", "👍 up"), ("down", "👎 down"), *((str(n), f"{n}/5") for n in range(1, 6))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Feedback]) -> QuerySet[Feedback]:
+        value = self.value()
+        if value in ("up", "down"):
+            return queryset.filter(kind=Feedback.Kind.THUMBS, score=1 if value == "up" else 0)
+        if value in {str(n) for n in range(1, 6)}:
+            return queryset.filter(kind=Feedback.Kind.RATING, score=int(value))
+        return queryset
+
+
 @admin.register(Feedback)
 class FeedbackAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("created_at", "kind", "score_shown", "short_comment", "answer", "request_id")
-    list_filter = ("kind", "score", "created_at")
+    list_display = ("created_at", "kind", "score_shown", "short_question", "short_comment", "answer", "request_id")
+    list_filter = ("kind", ScoreFilter, "created_at")
     search_fields = ("comment",)
     list_select_related = ("message",)
     date_hierarchy = "created_at"
-    fields = ("message", "kind", "score", "comment", "request_id", "trace_id", "client_id", "created_at", "updated_at")
+    fields = (
+        "message",
+        "kind",
+        "score_shown",
+        "question",
+        "answer_text",
+        "comment",
+        "request_id",
+        "trace_id",
+        "client_id",
+        "created_at",
+        "updated_at",
+    )
     readonly_fields = fields
     actions = ("export_csv",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Feedback]:
+        return feedback_with_question(super().get_queryset(request))
+
+    @admin.display(description="question")
+    def question(self, obj: Feedback) -> str:
+        return getattr(obj, "question", None) or "-"
+
+    @admin.display(description="question")
+    def short_question(self, obj: Feedback) -> str:
+        asked = getattr(obj, "question", None) or ""
+        return asked[:60] + ("…" if len(asked) > 60 else "")
+
+    @admin.display(description="answer")
+    def answer_text(self, obj: Feedback) -> str:
+        return obj.message.content
 
     @property
     def change_list_template(self) -> Any:  # type: ignore[override]

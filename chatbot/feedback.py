@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from chatbot.models import Feedback, Message
 from rag.telemetry import ScoreRecord, get_telemetry, trace_id_for, trace_summary_from_exchange
@@ -195,6 +195,7 @@ CSV_COLUMNS = (
     "updated_at",
     "kind",
     "score",
+    "question",
     "comment",
     "request_id",
     "trace_id",
@@ -205,10 +206,23 @@ CSV_COLUMNS = (
 )
 
 
+def feedback_with_question(queryset: QuerySet[Feedback]) -> QuerySet[Feedback]:
+    """The rows with `question`: what the person asked, the answer's user message (same conversation and
+    request id), read in the same query as the rows."""
+    if "question" in queryset.query.annotations:
+        return queryset
+    asked = Message.objects.filter(
+        conversation_id=OuterRef("message__conversation_id"),
+        request_id=OuterRef("message__request_id"),
+        role=Message.Role.USER,
+    ).values("content")[:1]
+    return queryset.annotate(question=Subquery(asked))
+
+
 def feedback_export_rows(*, queryset: QuerySet[Feedback]) -> Iterator[list[str]]:
     """Rows for a CSV export (header first), one query however many rows; formula-like cells are quoted."""
     yield list(CSV_COLUMNS)
-    rows = queryset.select_related("message").order_by("-created_at", "-id")
+    rows = feedback_with_question(queryset).select_related("message").order_by("-created_at", "-id")
     for feedback in rows.iterator(chunk_size=500):
         message = feedback.message
         yield [
@@ -216,6 +230,7 @@ def feedback_export_rows(*, queryset: QuerySet[Feedback]) -> Iterator[list[str]]
             feedback.updated_at.isoformat(),
             feedback.kind,
             str(feedback.score),
+            _csv_cell(getattr(feedback, "question", None) or ""),
             _csv_cell(feedback.comment),
             feedback.request_id,
             feedback.trace_id,

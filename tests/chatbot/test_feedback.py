@@ -35,9 +35,15 @@ ALICE = uuid.uuid4().hex
 BOB = uuid.uuid4().hex
 
 
-def exchange(client_hex: str, request_id: str, answer: str = "請到登入頁點選「忘記密碼」。", **fields: Any) -> Message:
-    conversation = Conversation.objects.create(client_id=f"anon:{client_hex}", title="如何重設密碼？")
-    Message.objects.create(conversation=conversation, role="user", content="如何重設密碼？", request_id=request_id)
+def exchange(
+    client_hex: str,
+    request_id: str,
+    answer: str = "請到登入頁點選「忘記密碼」。",
+    question: str = "如何重設密碼？",
+    **fields: Any,
+) -> Message:
+    conversation = Conversation.objects.create(client_id=f"anon:{client_hex}", title=question)
+    Message.objects.create(conversation=conversation, role="user", content=question, request_id=request_id)
     return Message.objects.create(
         conversation=conversation,
         role="assistant",
@@ -385,13 +391,20 @@ async def test_feedback_on_an_answer_whose_trace_was_dropped_sends_its_trace_fir
 # --- admin ----------------------------------------------------------------------------------------------------
 
 
+QUESTION_OF = {
+    "req-0": "如何重設密碼？我忘記了登入用的密碼",
+    "req-1": "How do I change my e-mail address?",
+    "req-2": "證書可以補發嗎？",
+}
+
+
 @pytest.fixture
 def verdicts() -> list[Feedback]:
     rows = []
     for i, (kind, score, comment) in enumerate(
         [("thumbs", 1, "great"), ("thumbs", 0, '=HYPERLINK("http://evil")'), ("rating", 4, "好用")]
     ):
-        message = exchange(ALICE, f"req-{i}")
+        message = exchange(ALICE, f"req-{i}", question=QUESTION_OF[f"req-{i}"])
         rows.append(
             Feedback.objects.create(
                 message=message,
@@ -430,6 +443,7 @@ def test_the_export_button_exports_what_the_changelist_shows(admin_client: Clien
     assert by_id["req-2"]["comment"] == "好用" and by_id["req-2"]["score"] == "4"
     assert by_id["req-1"]["comment"] == '\'=HYPERLINK("http://evil")'  # never a live formula in a spreadsheet
     assert by_id["req-0"]["answer"] == "請到登入頁點選「忘記密碼」。"
+    assert by_id["req-0"]["question"] == QUESTION_OF["req-0"]  # what was asked, beside its score
     assert by_id["req-0"]["trace_id"] == trace_id_for("req-0")
 
     filtered = read_csv(admin_client.get("/admin/chatbot/feedback/export.csv", {"kind__exact": "thumbs"}).content)
@@ -448,3 +462,23 @@ def test_the_admin_action_exports_the_selected_rows(admin_client: Client, verdic
 def test_the_export_is_for_staff_only(client: Client, verdicts) -> None:
     response = client.get("/admin/chatbot/feedback/export.csv")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_the_score_filter_speaks_of_thumbs_and_ratings(admin_client: Client, verdicts) -> None:
+    page = admin_client.get("/admin/chatbot/feedback/")
+    html = page.content.decode()
+    assert "👎 down" in html and "👍 up" in html and "4/5" in html
+    down = admin_client.get("/admin/chatbot/feedback/", {"score": "down"})
+    assert [f.request_id for f in down.context["cl"].result_list] == ["req-1"]
+    four = admin_client.get("/admin/chatbot/feedback/", {"score": "4"})
+    assert [f.request_id for f in four.context["cl"].result_list] == ["req-2"]
+
+
+def test_a_verdict_shows_the_question_it_was_given_on(
+    admin_client: Client, verdicts, django_assert_max_num_queries
+) -> None:
+    page = admin_client.get(f"/admin/chatbot/feedback/{verdicts[1].pk}/change/").content.decode()
+    assert QUESTION_OF["req-1"] in page and "👎" in page
+    with django_assert_max_num_queries(12):  # the questions come with the rows, not one query per row
+        listing = admin_client.get("/admin/chatbot/feedback/").content.decode()
+    assert QUESTION_OF["req-0"][:20] in listing
