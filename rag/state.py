@@ -6,6 +6,7 @@ their outputs (declared in the node catalogue), so the engine can check a workfl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +41,13 @@ class RetrievedChunk:
 SNIPPET_CHARS = 280
 
 
+_MARKUP_RE = re.compile(r"\*\*|__|`|^#{1,6}\s+", re.MULTILINE)
+
+
 def passage_snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
-    """A passage's preview: its text on one line, cut at a word (or, in Chinese, anywhere) near `limit`."""
-    flat = " ".join(text.split())
+    """A passage's preview: its text on one line, without Markdown's emphasis and heading marks (the page shows
+    it as plain text), cut at a word (or, in Chinese, anywhere) near `limit`."""
+    flat = " ".join(_MARKUP_RE.sub("", text).split())
     if len(flat) <= limit:
         return flat
     cut = flat.rfind(" ", limit // 2, limit)

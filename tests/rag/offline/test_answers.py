@@ -182,3 +182,12 @@ def test_a_source_without_a_url_is_listed_without_empty_brackets():
     result = answers.extractive_answer("How do I reset my password?", [no_url], language="en")
     assert result is not None
     assert result.text.endswith("\n[1] Library opening hours")
+
+
+def test_a_preview_is_plain_text_cut_near_its_limit():
+    from rag.state import passage_snippet
+
+    assert passage_snippet("# Steps\n\nSelect **Log in**, then `Send`.") == "Steps Select Log in, then Send."
+    long = "word " * 100
+    snippet = passage_snippet(long, limit=50)
+    assert snippet.endswith("…") and len(snippet) <= 51 and not snippet[:-1].endswith(" ")
