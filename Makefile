@@ -62,7 +62,7 @@ bench: setup
 # The browser tests that take the screenshots in docs/screenshots/ (a plain test run keeps them in a temp folder).
 screenshots: install-dev
 	UPDATE_SCREENSHOTS=1 $(BIN)/pytest tests/browser/test_chat_page.py::test_screenshots \
-		tests/browser/test_graph_builder.py -p no:cacheprovider -q
+		tests/browser/test_admin.py tests/browser/test_graph_builder.py -p no:cacheprovider -q
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache .import_linter_cache

@@ -39,6 +39,7 @@ def admin_page(chromium: Any, url: str, *, language: str, phone: bool) -> Any:
     context = chromium.new_context(
         viewport={"width": 390, "height": 844} if phone else {"width": 1400, "height": 900},
         locale="zh-TW" if language == "zh-hant" else "en-US",
+        timezone_id="Asia/Taipei" if language == "zh-hant" else "America/New_York",
         has_touch=phone,
     )
     page = context.new_page()
@@ -69,7 +70,9 @@ def admin(request: pytest.FixtureRequest, chromium: Any, chat_server: str, staff
     assert not page.errors, f"script errors on the page: {page.errors}"
 
 
-def test_an_english_browser_gets_an_english_admin(chromium: Any, chat_server: str, staff: tuple[str, str]) -> None:
+def test_an_english_browser_gets_an_english_admin(
+    chromium: Any, chat_server: str, staff: tuple[str, str], screenshot_dir: Path
+) -> None:
     page = admin_page(chromium, chat_server, language="en", phone=False)
     try:
         assert page.locator("label[for=id_username]").inner_text().startswith("Username")
@@ -79,6 +82,9 @@ def test_an_english_browser_gets_an_english_admin(chromium: Any, chat_server: st
         assert "Site administration" in page.title()
         assert "Documents and index jobs" in text and "LLM concurrency" in text
         assert not CJK.findall(page.locator("body").inner_text()), "Chinese words in the English admin"
+        # Times are the viewer's, and say so (the server's default zone is Asia/Taipei).
+        assert page.locator(".time-zone").text_content().strip() == "Times in America/New_York."
+        page.screenshot(path=str(screenshot_dir / "admin-desktop-en.png"))
         page.goto(chat_server + "/admin/rag_documents/backfilljob/")
         assert not CJK.findall(page.locator("#content").inner_text())
         assert "Select backfill job to view" in page.locator("#content h1").inner_text()
@@ -108,7 +114,7 @@ WORD = {"en": "Delete the selected documents", "zh-hant": "刪除選取的文件
 
 
 def test_staff_upload_a_document_then_delete_it_from_the_index(
-    admin: Any, chat_server: str, chat_server_env: dict[str, str], tmp_path: Path
+    admin: Any, chat_server: str, chat_server_env: dict[str, str], tmp_path: Path, screenshot_dir: Path
 ) -> None:
     page = admin
     term = f"walrus{uuid.uuid4().hex[:8]}"
@@ -135,6 +141,8 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     confirmation = page.locator("#content-main")
     confirmation.locator(".deleted-files").wait_for()
     assert upload.name in confirmation.inner_text() and f"The {term} policy" in confirmation.inner_text()
+    device = "phone" if page.viewport_size["width"] < 600 else "desktop"
+    page.screenshot(path=str(screenshot_dir / f"admin-delete-documents-{device}-{page.language}.png"))
     assert indexed(chat_server_env, term) == ["indexed"]
     confirmation.locator("input[type=submit]").click()
     page.wait_for_url("**/indexjob/*/change/")

@@ -1,0 +1,32 @@
+"""The committed translations: the compiled catalogue (what the server reads) matches its source."""
+
+from __future__ import annotations
+
+import gettext
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOGUE = ROOT / "locale" / "zh_Hant" / "LC_MESSAGES"
+
+
+def po_entries(path: Path) -> dict[str, str]:
+    """msgid -> msgstr of a .po file (multi-line strings joined), the header and untranslated entries left out."""
+    entries = {}
+    for block in path.read_text(encoding="utf-8").split("\n\n"):
+        match = re.search(r'^msgid ((?:".*"\n)+)msgstr ((?:".*"\n?)+)', block + "\n", re.MULTILINE)
+        if not match:
+            continue
+        msgid, msgstr = ("".join(re.findall(r'"(.*)"', part)) for part in match.groups())
+        if msgid and msgstr:
+            entries[msgid.encode().decode("unicode_escape").encode("latin-1").decode()] = msgstr
+    return entries
+
+
+def test_the_compiled_catalogue_holds_every_translation_of_its_source() -> None:
+    with (CATALOGUE / "django.mo").open("rb") as handle:
+        compiled = gettext.GNUTranslations(handle)
+    entries = po_entries(CATALOGUE / "django.po")
+    assert "Documents and index jobs" in entries
+    for msgid, msgstr in entries.items():
+        assert compiled.gettext(msgid) == msgstr, f"django.mo is older than django.po for {msgid!r}: compilemessages"
