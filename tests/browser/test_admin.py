@@ -159,3 +159,59 @@ def indexed(env: dict[str, str], term: str) -> list[str]:
         "from rag.documents.models import Document\n"
         f"result = list(Document.objects.filter(title__contains={term!r}).values_list('status', flat=True))",
     )
+
+
+def contrast(page: Any, selector: str) -> float:
+    """WCAG contrast ratio between an element's text and the background of the nearest box that paints one."""
+    return page.eval_on_selector(
+        selector,
+        """(e) => {
+            const rgb = (c) => c.match(/[\\d.]+/g).map(Number);
+            const linear = (v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+            const lum = ([r, g, b]) => 0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b);
+            const clear = (node) => {
+                const c = rgb(getComputedStyle(node).backgroundColor);
+                return c.length === 4 && !c[3];
+            };
+            let box = e;
+            while (box.parentElement && clear(box)) box = box.parentElement;
+            const fg = lum(rgb(getComputedStyle(e).color)), bg = lum(rgb(getComputedStyle(box).backgroundColor));
+            return (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+        }""",
+    )
+
+
+def with_long_queues(route: Any) -> None:
+    """The real status, with six requests waiting per backend under long ids (as a busy deployment has)."""
+    response = route.fetch()
+    status = response.json()
+    for worker in status["workers"]:
+        worker["worker_id"] = "daphne-worker-" + "7f3a9c2e" * 5
+        for backend in worker["manager"]["backends"].values():
+            backend["queue_head"] = [
+                {"request_id": f"{i:02d}" + "c0ffee42" * 4, "priority": 3, "boosted": i == 0, "waited_ms": 1234.5}
+                for i in range(6)
+            ]
+    route.fulfill(response=response, json=status)
+
+
+def test_the_console_fits_a_1400px_window_with_readable_captions_and_named_times(
+    chromium: Any, chat_server: str, staff: tuple[str, str]
+) -> None:
+    page = admin_page(chromium, chat_server, language="en", phone=False)  # 1,400 px wide, New York time
+    try:
+        log_in(page, staff)
+        page.route("**/api/v1/admin/concurrency/status*", with_long_queues)
+        page.goto(chat_server + "/admin/concurrency/concurrencysettings/console/")
+        page.locator("[data-cc=queue-rows] td", has_text="c0ffee42").first.wait_for()
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert page.eval_on_selector(".cc-queues", "e => e.scrollWidth <= e.clientWidth"), "the queue table overflows"
+        assert contrast(page, "[data-cc=mode-note]") >= 4.5
+        # One zone on the page, the viewer's, named: the settings' time, the workers' start, the live clock.
+        zone = re.compile(r"\b(EST|EDT|GMT-[45])\b")
+        assert zone.search(page.locator(".cc-strip").inner_text()), page.locator(".cc-strip").inner_text()
+        started = page.locator("[data-cc=worker-rows] td").nth(1).inner_text()
+        assert zone.search(started) and "UTC" not in started
+    finally:
+        page.context.close()
+    assert not page.errors

@@ -118,11 +118,23 @@
     previous = { time: status.server_time, backends: summary };
   }
 
+  // Every time on the page is the viewer's, with its zone named (the admin's pages use the same zone).
+  const CLOCK = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+  const STAMP = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit",
+    timeZoneName: "short",
+  });
+
+  function localTime(iso) {
+    const when = new Date(iso || "");
+    return Number.isNaN(when.getTime()) ? "–" : STAMP.format(when);
+  }
+
   function renderWorkers(status) {
     const rows = status.workers.map((w) => {
       const tr = document.createElement("tr");
-      tr.appendChild(cell(w.worker_id + (w.worker_id === status.worker.worker_id ? " (this one)" : "")));
-      tr.appendChild(cell((w.started_at || "").replace("T", " ").replace("+00:00", " UTC")));
+      tr.appendChild(cell(w.worker_id + (w.worker_id === status.worker.worker_id ? " (this one)" : ""), "cc-id"));
+      tr.appendChild(cell(localTime(w.started_at)));
       const behind = w.settings_version !== status.settings.version;
       tr.appendChild(cell(w.settings_version == null ? "–" : "v" + w.settings_version, behind ? "stale" : ""));
       backends.forEach((b) => {
@@ -148,10 +160,10 @@
         (s ? s.queue_head : []).forEach((entry) => {
           const tr = document.createElement("tr");
           tr.appendChild(cell(b));
-          tr.appendChild(cell(entry.request_id || "(no request)"));
+          tr.appendChild(cell(entry.request_id || "(no request)", "cc-id"));
           tr.appendChild(cell(String(entry.priority) + (entry.boosted ? " boosted" : ""), entry.boosted ? "cc-boost" : ""));
           tr.appendChild(cell(fmt(entry.waited_ms, 0) + " ms"));
-          tr.appendChild(cell(w.worker_id));
+          tr.appendChild(cell(w.worker_id, "cc-id"));
           rows.push(tr);
         });
       });
@@ -197,7 +209,7 @@
       }
       if (!response.ok) throw new Error("HTTP " + response.status);
       render(await response.json());
-      connection(true, "live · " + new Date().toLocaleTimeString());
+      connection(true, "live · " + CLOCK.format(new Date()));
     } catch (error) {
       connection(false, "no answer (" + (error.name === "AbortError" ? "timeout" : error.message) + "), retrying");
     } finally {
