@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
@@ -246,6 +246,23 @@ class DocumentAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/rag_documents/form_page.html", context)
 
 
+def _report_value(value: Any) -> str:
+    """One value of a job's report as text: lists as their items (a long one shortened), numbers as they are."""
+    if isinstance(value, list):
+        if not value:
+            return "-"
+        items = [
+            ", ".join(f"{k}: {v}" for k, v in item.items()) if isinstance(item, dict) else str(item) for item in value
+        ]
+        shown = "; ".join(items[:10])
+        return shown + (f"; … {len(items) - 10} more" if len(items) > 10 else "")
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return "-" if value in (None, "") else str(value)
+
+
 def _deletable(source: str) -> bool:
     try:
         path_allowed(source)
@@ -264,20 +281,10 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ("status", "created_from")
     date_hierarchy = "created_at"
     actions = ("cancel_jobs",)
+    # Status, progress, counts, error and log are the summary panel at the top of a job's page (live while it
+    # runs); the fields below it add what the panel does not show, and the report as a list, not raw JSON.
     common_readonly = (
-        "status",
-        "stage",
-        "progress_done",
-        "progress_total",
-        "added",
-        "updated",
-        "unchanged",
-        "deleted",
-        "skipped",
-        "failed",
-        "error",
-        "log",
-        "report",
+        "report_shown",
         "cancel_requested",
         "created_by",
         "created_from",
@@ -296,6 +303,18 @@ class JobAdmin(admin.ModelAdmin):
             obj.progress_done,
             obj.progress_total,
         )
+
+    @admin.display(description="report")
+    def report_shown(self, obj: Job) -> str:
+        report = obj.report or {}
+        if not report:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<dt>{}</dt><dd>{}</dd>",
+            ((key.replace("_", " "), _report_value(value)) for key, value in report.items()),
+        )
+        return format_html('<dl class="rag-report">{}</dl>', rows)
 
     @admin.display(description="outcome")
     def outcome(self, obj: Job) -> str:
@@ -400,6 +419,7 @@ class IndexJobAdmin(JobAdmin):
         "collection",
         *JobAdmin.common_readonly,
     )
+    fields = readonly_fields
 
     @admin.display(description="paths")
     def paths_short(self, obj: IndexJob) -> str:
@@ -433,6 +453,7 @@ class BackfillJobAdmin(JobAdmin):
     start_label = "Start a backfill"
     list_display = ("__str__", "status", "progress", "outcome", "limit", "created_by", "created_at")
     readonly_fields = ("limit", *JobAdmin.common_readonly)
+    fields = readonly_fields
 
     def start_view(self, request: HttpRequest) -> HttpResponse:
         self._may_start(request)

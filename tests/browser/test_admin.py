@@ -131,6 +131,11 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     page.locator("#rag-job[data-finished='1']").wait_for(timeout=JOB_TIMEOUT_MS)
     assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
     assert indexed(chat_server_env, term) == ["indexed"]
+    # The summary says what it counts, and the fields below it add to it instead of repeating it.
+    assert re.search(r"^\d+/\d+ chunks \(100%\)$", page.locator("[data-rag-job=numbers]").inner_text())
+    details = page.locator("#content-main fieldset").inner_text()
+    assert "Progress done" not in details and "Log" not in details.splitlines()
+    assert "{" not in page.locator(".rag-report").inner_text()  # the report as a list, not raw JSON
 
     page.goto(chat_server + f"/admin/rag_documents/document/?q={term}")
     page.locator("input.action-select").first.check()
