@@ -178,6 +178,27 @@ def test_build_validate_save_test_run_and_publish(page: Any, server: LiveServer,
     assert status == 200 and events[-1]["channel"] == "meta_summary"
     assert started_nodes(events) == BUILT_NODES
 
+    # Unpublishing asks first: dismissed, the workflow keeps serving; accepted, the backend goes back to the default.
+    asked: list[str] = []
+
+    def answer(accept: bool) -> Any:
+        def handle(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        return handle
+
+    page.once("dialog", answer(False))
+    page.click("#gb-unpublish")
+    page.wait_for_timeout(500)  # time for a request that should not have been sent to come back
+    expect(page.locator("#gb-messages")).not_to_contain_text("no longer serves")
+    expect(page.locator("#gb-draft-state")).to_contain_text("serving chat")
+    assert "Stop serving small pipeline on chat?" in asked[0]
+    page.once("dialog", answer(True))
+    page.click("#gb-unpublish")
+    expect(page.locator("#gb-messages")).to_contain_text("no longer serves chat")
+    assert len(asked) == 2
+
 
 def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restores(
     page: Any, screenshot_dir: Path

@@ -1172,6 +1172,10 @@
   }
 
   async function unpublish() {
+    const serving = state.draft.backend;
+    const question = `Stop serving ${state.draft.name} on ${serving}? Every worker goes back to the default workflow ` +
+      "within a second (answers already running finish on this one).";
+    if (!window.confirm(question)) return;
     try {
       const draft = await api("POST", draftUrl("/unpublish"), {});
       const backend = state.draft.backend;
