@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import server_query
-from tests.browser.test_chat_page import QUESTION, ask, client_cookie, wait_answered
+from tests.browser.test_chat_page import QUESTION, STREAM_CHAT, ask, client_cookie, sse_body, wait_answered
 
 pytestmark = pytest.mark.browser
 
@@ -207,3 +207,30 @@ def test_the_transport_and_model_api_are_kept_across_a_reload(any_page: Any) -> 
     assert asked.value.method == "POST"
     wait_answered(page.locator("li.message.assistant").last)
     assert sockets == []
+
+
+def test_a_source_without_a_url_can_still_be_read(page: Any) -> None:
+    # A document with no web page (an internal notice): its title cannot link anywhere, its passage still shows.
+    request_id = "nourl0001"
+    events: list[dict[str, Any]] = [
+        {"node": "response_synth", "channel": "answer", "stage": "delta", "delta": "The library opens at 9 [1]."},
+        {
+            "node": "END",
+            "channel": "meta_summary",
+            "stage": "end",
+            "elapsed_ms": 40,
+            "sources": [
+                {"ref": 1, "title": "Library opening hours", "url": "", "snippet": "Open 9:00 to 17:00 on weekdays."}
+            ],
+            "attachments": [],
+        },
+    ]
+    headers = {"Content-Type": "text/event-stream; charset=utf-8", "X-Request-Id": request_id}
+    page.route(STREAM_CHAT, lambda route: route.fulfill(status=200, headers=headers, body=sse_body(request_id, events)))
+    answer = ask(page, "When does the library open?", transport="sse")
+    wait_answered(answer)
+    source = answer.locator(".source-list .source").first
+    assert source.locator("a").count() == 0 and source.locator(".source-title").inner_text() == "Library opening hours"
+    answer.locator(".md-cite a").first.click()
+    assert source.locator(".source-snippet").inner_text() == "Open 9:00 to 17:00 on weekdays."
+    assert source.locator(".source-snippet").is_visible()
