@@ -27,8 +27,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from chatbot import readiness, security
 from chatbot.selectors import conversation_list, conversation_messages
-from concurrency.jsonio import json_error
 from chatbot.services import TITLE_MAX_CHARS, conversation_delete, conversation_rename
+from concurrency.jsonio import json_error
 
 logger = logging.getLogger(__name__)
 
