@@ -211,6 +211,10 @@ LLM_PRIORITY_ENABLED = env_bool("LLM_PRIORITY_ENABLED", False)
 LLM_PRIORITY_STARVATION_THRESHOLD = env_float("LLM_PRIORITY_STARVATION_THRESHOLD", 10.0, minimum=0.0)
 LLM_ACQUIRE_TIMEOUT = env_float("LLM_ACQUIRE_TIMEOUT", 30.0, minimum=0.0)
 LLM_MAX_WAITERS = env_int("LLM_MAX_WAITERS", 200, minimum=0)
+# With REDIS_URL the limits above are the LLM server's capacity for the whole cluster: every worker draws its
+# permits from Redis, as leases a dead worker gives back within LLM_PERMIT_LEASE_SECONDS. Off: per-worker limits.
+LLM_CLUSTER_LIMITS = env_bool("LLM_CLUSTER_LIMITS", True)
+LLM_PERMIT_LEASE_SECONDS = env_float("LLM_PERMIT_LEASE_SECONDS", 5.0, minimum=2.5, maximum=60.0)
 LLM_RPM_LIMIT = env_int("LLM_RPM_LIMIT", 0, minimum=0)  # requests per minute per backend, 0 = unlimited
 LLM_RETRY_MAX_ATTEMPTS = env_int("LLM_RETRY_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 LLM_RETRY_BASE_SECONDS = env_float("LLM_RETRY_BASE_SECONDS", 1.0, minimum=0.0)

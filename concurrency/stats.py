@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 __all__ = [
     "BackendStats",
+    "ClusterBackendStats",
+    "ClusterStats",
     "ManagerStats",
     "QueueHeadEntry",
     "WaitSummary",
@@ -40,6 +42,22 @@ class BackendStats(TypedDict):
     queue_head: list[QueueHeadEntry]
 
 
+class ClusterBackendStats(TypedDict):
+    limit: int  # the LLM server's capacity, for the whole cluster
+    in_progress: int  # permits out in the whole cluster
+    waiting: int  # waiters queued in the whole cluster
+    by_worker: dict[str, int]  # permits out per worker id
+    local_share: int  # what this worker allows alone while Redis is unreachable
+
+
+class ClusterStats(TypedDict):
+    state: str  # "redis" (permits drawn from Redis) or "degraded" (Redis unreachable: a per-worker share)
+    live_workers: int
+    lease_seconds: float
+    refreshed_at: float  # wall clock of the last look at Redis (0.0: never)
+    backends: dict[str, ClusterBackendStats]
+
+
 class ManagerStats(TypedDict):
     mode: str
     starvation_threshold: float
@@ -47,6 +65,8 @@ class ManagerStats(TypedDict):
     max_waiters: int
     live_requests: int
     backends: dict[str, BackendStats]
+    # Only with cluster-wide limits (concurrency.cluster): the whole cluster's use, as Redis last said.
+    cluster: NotRequired[ClusterStats]
 
 
 class WaitSummary(TypedDict):

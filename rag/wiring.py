@@ -285,7 +285,8 @@ def telemetry_for_deps() -> Any:
 
 
 def configure_concurrency_manager() -> Any:
-    """The process manager with the limits, priority mode and waiting bounds of the settings.
+    """The process manager with the limits, priority mode and waiting bounds of the settings; with Redis (and
+    `LLM_CLUSTER_LIMITS`), one that draws every permit from the cluster's limit in Redis.
 
     Skipped when the live settings row has been applied already: it was seeded from these settings and staff
     may have changed it since. Call it on the thread of the event loop that serves requests.
@@ -293,20 +294,32 @@ def configure_concurrency_manager() -> Any:
     from concurrency.live.apply import settings_current
     from concurrency.manager import get_manager
 
-    if settings_current() is not None:
-        return get_manager()
-    return get_manager(
-        limits={
-            "default": settings.LLM_MAX_CONCURRENT_DEFAULT,
-            "chat": settings.LLM_MAX_CONCURRENT_CHAT,
-            "responses": settings.LLM_MAX_CONCURRENT_RESPONSES,
-            "embedding": settings.LLM_MAX_CONCURRENT_EMBEDDING,
-        },
-        priority_enabled=settings.LLM_PRIORITY_ENABLED,
-        starvation_threshold=settings.LLM_PRIORITY_STARVATION_THRESHOLD,
-        acquire_timeout=settings.LLM_ACQUIRE_TIMEOUT,
-        max_waiters=settings.LLM_MAX_WAITERS,
-    )
+    if settings_current() is None:
+        get_manager(
+            limits={
+                "default": settings.LLM_MAX_CONCURRENT_DEFAULT,
+                "chat": settings.LLM_MAX_CONCURRENT_CHAT,
+                "responses": settings.LLM_MAX_CONCURRENT_RESPONSES,
+                "embedding": settings.LLM_MAX_CONCURRENT_EMBEDDING,
+            },
+            priority_enabled=settings.LLM_PRIORITY_ENABLED,
+            starvation_threshold=settings.LLM_PRIORITY_STARVATION_THRESHOLD,
+            acquire_timeout=settings.LLM_ACQUIRE_TIMEOUT,
+            max_waiters=settings.LLM_MAX_WAITERS,
+        )
+    if settings.REDIS_URL and settings.LLM_CLUSTER_LIMITS:
+        from concurrency.cluster import cluster_manager_install
+        from concurrency.live.workers import redis_config, worker_id, workers_index_key
+
+        url, prefix = redis_config()
+        return cluster_manager_install(
+            redis_url=url,
+            prefix=prefix,
+            worker_id=worker_id(),
+            workers_index_key=workers_index_key(prefix),
+            lease_seconds=settings.LLM_PERMIT_LEASE_SECONDS,
+        )
+    return get_manager()
 
 
 # --- the runtime -----------------------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""The Lua scripts behind the cluster-wide LLM permits: each runs atomically inside Redis, on Redis's clock.
+
+Keys of one backend (``<prefix>:llm:<backend>:...``):
+
+- ``holders``: sorted set, permit token -> lease expiry (ms). A permit is out while its lease runs; the worker
+  holding it renews it every second, so a worker that dies gives its permits back when their leases run out.
+- ``queue``: sorted set, waiter token -> priority score (priority, then the request's arrival).
+- ``qtime``: sorted set, waiter token -> enqueue time (ms): FIFO order, and the starvation boost.
+- ``wlease``: sorted set, waiter token -> lease expiry (ms): a dead worker's waiters leave the queue too.
+
+A token is ``<worker id>|<uuid>``; a permit handed to a waiter is announced on ``<channel prefix><worker id>``.
+Every script first drops expired leases, then hands free permits to the next waiters (FIFO by enqueue time, or
+priority with the oldest waiter first once it has waited the starvation threshold), so the queue moves even when
+the holder that should have released is gone.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ACQUIRE", "REFRESH", "RELEASE"]
+
+# ARGV[1] limit, ARGV[2] lease ms, ARGV[3] starvation threshold ms, ARGV[4] priority mode (0/1),
+# ARGV[5] grant channel prefix. Defines `now`, `expire()` and `grant()`.
+_COMMON = """
+local limit = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+local threshold = tonumber(ARGV[3])
+local prio = tonumber(ARGV[4])
+local channel = ARGV[5]
+local clock = redis.call('TIME')
+-- ms with the microseconds as a fraction: arrivals in the same millisecond keep their order
+local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+
+local function forget_waiter(token)
+  redis.call('ZREM', KEYS[2], token)
+  redis.call('ZREM', KEYS[3], token)
+  redis.call('ZREM', KEYS[4], token)
+end
+
+local function expire()
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+  for _, token in ipairs(dead) do
+    forget_waiter(token)
+  end
+end
+
+local function grant()
+  local free = limit - redis.call('ZCARD', KEYS[1])
+  while free > 0 do
+    local oldest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    if #oldest == 0 then
+      return
+    end
+    local token = oldest[1]
+    if prio == 1 and now - tonumber(oldest[2]) < threshold then
+      token = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    end
+    forget_waiter(token)
+    redis.call('ZADD', KEYS[1], now + lease, token)
+    redis.call('PUBLISH', channel .. string.match(token, '^(.*)|'), token)
+    free = free - 1
+  end
+end
+"""
+
+# KEYS: holders, queue, qtime, wlease. ARGV[6] token, ARGV[7] priority score.
+# Returns {granted (0/1), now ms (a string: Lua numbers come back as integers), holders, queued}.
+ACQUIRE = (
+    _COMMON
+    + """
+local token = ARGV[6]
+expire()
+grant()
+if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) < limit then
+  redis.call('ZADD', KEYS[1], now + lease, token)
+  return {1, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), 0}
+end
+redis.call('ZADD', KEYS[2], tonumber(ARGV[7]), token)
+redis.call('ZADD', KEYS[3], now, token)
+redis.call('ZADD', KEYS[4], now + lease, token)
+return {0, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
+"""
+)
+
+# Release a permit or withdraw a waiter (whichever the token is: a waiter granted meanwhile is a holder).
+# KEYS as ACQUIRE. ARGV[6] token. Returns 1 when the token held a permit.
+RELEASE = (
+    _COMMON
+    + """
+local token = ARGV[6]
+local held = redis.call('ZREM', KEYS[1], token)
+forget_waiter(token)
+expire()
+grant()
+return held
+"""
+)
+
+# Renew this worker's leases. ARGV[6] holder count H, then H holder tokens, then waiters as triples
+# (token, priority score, enqueue ms). A holder whose lease ran out (this worker was cut off longer than a lease)
+# is counted again, since its call is still running; a waiter that was dropped is queued again in its old place.
+# Returns {granted waiter tokens, holders with their tokens, queued count}.
+REFRESH = (
+    _COMMON
+    + """
+local n = tonumber(ARGV[6])
+for i = 7, 6 + n do
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[i])
+end
+for i = 7 + n, #ARGV, 3 do
+  local token = ARGV[i]
+  if not redis.call('ZSCORE', KEYS[1], token) then
+    redis.call('ZADD', KEYS[2], tonumber(ARGV[i + 1]), token)
+    redis.call('ZADD', KEYS[3], tonumber(ARGV[i + 2]), token)
+    redis.call('ZADD', KEYS[4], now + lease, token)
+  end
+end
+expire()
+grant()
+local granted = {}
+for i = 7 + n, #ARGV, 3 do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    granted[#granted + 1] = ARGV[i]
+  end
+end
+return {granted, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZCARD', KEYS[2])}
+"""
+)
