@@ -1,0 +1,203 @@
+"""Cluster-wide LLM permits in the real Redis: two managers stand for two workers sharing one limit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis
+
+from concurrency.cluster import ClusterManager
+from concurrency.context import request_scope
+from concurrency.errors import BusyError
+from concurrency.manager import LLMPermit
+from tests.concurrency.cluster_redis import OwnRedis, fresh_prefix, suite_redis_url
+
+Managers = Callable[..., ClusterManager]
+
+
+async def until(check: Callable[[], bool], within: float = 5.0) -> None:
+    """Wait for ``check()`` (polled on the loop); fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within} s")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def managers() -> AsyncIterator[Managers]:
+    url = suite_redis_url()
+    made: list[ClusterManager] = []
+    with fresh_prefix(url, "cluster-test") as prefix:
+
+        def make(worker: str, limits: dict[str, int] | None = None, **options: Any) -> ClusterManager:
+            options.setdefault("acquire_timeout", 10.0)
+            m = ClusterManager(limits or {"b": 1}, redis_url=url, prefix=prefix, worker_id=worker, **options)
+            made.append(m)
+            return m
+
+        yield make
+        for m in made:
+            await m.aclose()
+
+
+async def hold(m: ClusterManager, backend: str = "b") -> LLMPermit:
+    permit = m.acquire(backend)
+    await permit.__aenter__()
+    return permit
+
+
+def queued(m: ClusterManager) -> int:
+    return sum(1 for w in m._waiters.values() if w.enqueued_ms)
+
+
+async def enqueue(
+    m: ClusterManager, order: list[str], name: str, *, completed: int = 0
+) -> Callable[[], asyncio.Task[None]]:
+    """Start a waiter and return once Redis has queued it, so the enqueue order is the call order."""
+    before = queued(m)
+
+    async def run() -> None:
+        with request_scope(name) as ctx:
+            ctx.completed_calls = completed
+            async with m.acquire("b"):
+                order.append(name)
+
+    task = asyncio.create_task(run())
+    await until(lambda: queued(m) > before or task.done())
+    return lambda: task
+
+
+async def test_two_workers_never_exceed_the_limit_together_and_reach_it(managers: Managers) -> None:
+    a, b = managers("A", {"b": 3}), managers("B", {"b": 3})
+    running = peak = 0
+
+    async def call(m: ClusterManager) -> None:
+        nonlocal running, peak
+        async with m.acquire("b"):
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.02)
+            running -= 1
+
+    await asyncio.gather(*(call(a if i % 2 else b) for i in range(24)))
+    assert peak == 3
+    stats = a.stats()["backends"]["b"]
+    assert stats["limit"] == 3 and stats["in_progress"] == 0
+    assert stats["total_acquired"] == stats["total_released"] == 12
+
+
+async def test_fifo_order_holds_across_workers(managers: Managers) -> None:
+    a, b = managers("A"), managers("B")
+    holder = await hold(a)
+    order: list[str] = []
+    names = [f"w{i}" for i in range(8)]
+    tasks = [await enqueue(a if i % 2 else b, order, name) for i, name in enumerate(names)]
+    await holder.__aexit__(None, None, None)
+    await asyncio.gather(*(t() for t in tasks))
+    assert order == names
+
+
+async def test_priority_and_starvation_boost_hold_across_workers(managers: Managers) -> None:
+    a = managers("A", priority_enabled=True, starvation_threshold=1.0)
+    b = managers("B", priority_enabled=True, starvation_threshold=1.0)
+    holder = await hold(a)
+    order: list[str] = []
+    # "old" waits past the threshold; the rest arrive later with more progress, so priority alone would serve them
+    # first (most completed calls first), but the boost serves the starved one before them.
+    waiting = [await enqueue(b, order, "old", completed=0)]
+    await asyncio.sleep(1.1)
+    waiting.append(await enqueue(a, order, "one", completed=1))
+    waiting.append(await enqueue(b, order, "three", completed=3))
+    waiting.append(await enqueue(a, order, "two", completed=2))
+    await holder.__aexit__(None, None, None)
+    await asyncio.gather(*(t() for t in waiting))
+    assert order == ["old", "three", "two", "one"]
+
+
+async def test_a_dead_workers_permit_comes_back_when_its_lease_runs_out(managers: Managers) -> None:
+    dead = managers("dead", lease_seconds=2.5, refresh_interval=1.0)
+    alive = managers("alive", lease_seconds=2.5, refresh_interval=1.0)
+    await hold(dead)
+    for task in dead._link_tasks:  # the worker stops renewing its lease, as a killed process does
+        task.cancel()
+    _, pending = await asyncio.wait(dead._link_tasks, timeout=3.0)
+    assert not pending
+    started = time.monotonic()
+    async with alive.acquire("b", timeout=8.0):
+        waited = time.monotonic() - started
+    assert waited < 8.0  # bounded by the lease (2.5 s) plus a refresh of the waiting worker
+
+
+async def test_a_cancelled_waiter_leaves_the_queue_and_a_timed_out_one_fails_busy(managers: Managers) -> None:
+    a, b = managers("A"), managers("B")
+    holder = await hold(a)
+    order: list[str] = []
+    cancelled = await enqueue(b, order, "gone")
+    cancelled().cancel()
+    client = redis.Redis.from_url(b.redis_url)
+    queue_key = f"{b.prefix}:llm:b:queue"
+    await until(lambda: client.zcard(queue_key) == 0)
+    with pytest.raises(BusyError) as raised:
+        async with b.acquire("b", timeout=0.3):
+            pass
+    assert raised.value.reason == "timeout"
+    await until(lambda: client.zcard(queue_key) == 0)
+    await holder.__aexit__(None, None, None)
+    async with b.acquire("b", timeout=2.0):  # the permit came back, and nobody stale is ahead in the queue
+        assert order == []
+    client.close()
+
+
+async def test_the_console_sees_the_cluster_and_each_worker(managers: Managers) -> None:
+    a, b = managers("A", {"b": 4}), managers("B", {"b": 4})
+    held = [await hold(a), await hold(a), await hold(b)]
+    await asyncio.sleep(1.2)  # one lease refresh
+    cluster = b.stats()["cluster"]
+    assert cluster["state"] == "redis"
+    assert cluster["backends"]["b"]["in_progress"] == 3
+    assert cluster["backends"]["b"]["by_worker"] == {"A": 2, "B": 1}
+    assert b.stats()["backends"]["b"]["in_progress"] == 1
+    for permit in held:
+        await permit.__aexit__(None, None, None)
+
+
+async def test_a_redis_outage_falls_back_to_a_share_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
+    own = OwnRedis()
+    own.start()
+    m = ClusterManager(
+        {"b": 4}, redis_url=own.url, prefix="outage", worker_id="me", workers_index_key="outage:workers",
+        acquire_timeout=5.0, refresh_interval=0.5, lease_seconds=2.5, op_timeout=0.5,
+    )  # fmt: skip
+    try:
+        presence = redis.Redis.from_url(own.url)
+        presence.zadd("outage:workers", {"me": time.time(), "other": time.time()})  # two live workers
+        first = await hold(m)
+        await until(lambda: m.live_workers == 2)
+        own.kill()
+        with caplog.at_level(logging.WARNING, logger="concurrency.cluster.manager"):
+            second = await hold(m)  # Redis is down: the local share (4 / 2 = 2) counts the permit already out
+            assert m.state == "degraded"
+            with pytest.raises(BusyError):
+                async with m.acquire("b", timeout=0.2):
+                    pass
+        assert "Redis unreachable" in caplog.text
+        own.start()
+        await until(lambda: m.state == "redis", within=10.0)
+        client = redis.Redis.from_url(own.url)
+        # both permits still running are counted in Redis again, so the cluster's limit sees them
+        await until(lambda: client.zcard("outage:llm:b:holders") == 2, within=5.0)
+        third = await hold(m)
+        for permit in (first, second, third):
+            await permit.__aexit__(None, None, None)
+        await until(lambda: client.zcard("outage:llm:b:holders") == 0)
+        client.close()
+        presence.close()
+    finally:
+        await m.aclose()
+        own.close()
