@@ -128,17 +128,27 @@ def concurrency_workers() -> list[dict[str, Any]]:
 
 
 def workers_summary(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per backend over ``workers``: counters and gauges summed, wait percentiles as their maximum."""
+    """Per backend over ``workers``: counters and gauges summed, wait percentiles as their maximum. With
+    cluster-wide limits (``manager.cluster`` in a worker's stats) the limit is the cluster's, not a sum, and what
+    is available is that limit less every worker's calls in progress."""
     summary: dict[str, dict[str, Any]] = {}
+    cluster_limits: dict[str, int] = {}
     for worker in workers:
-        for backend, stats in (worker.get("manager") or {}).get("backends", {}).items():
+        manager = worker.get("manager") or {}
+        for backend, stats in manager.get("backends", {}).items():
             row = summary.setdefault(backend, {**dict.fromkeys(_SUMMED, 0), **dict.fromkeys(_MAXED, 0.0)})
             for key in _SUMMED:
                 row[key] += int(stats.get(key, 0))
             for key in _MAXED:
                 row[key] = max(row[key], float(stats.get(key, 0.0)))
-    for row in summary.values():
+            if manager.get("cluster"):
+                cluster_limits[backend] = max(cluster_limits.get(backend, 0), int(stats.get("limit", 0)))
+    for backend, row in summary.items():
         row["workers"] = len(workers)
+        row["scope"] = "cluster" if backend in cluster_limits else "worker"
+        if backend in cluster_limits:
+            row["limit"] = cluster_limits[backend]
+            row["available"] = max(0, row["limit"] - row["in_progress"])
     return summary
 
 
@@ -166,6 +176,8 @@ def concurrency_status() -> dict[str, Any]:
         "worker": local,
         "settings": _settings_payload(),
         "redis": bool(redis_config()[0]),
+        # With cluster-wide limits: Redis's view of the whole cluster (state, live workers, permits per worker).
+        "cluster": local["manager"].get("cluster"),
         "workers": workers,
         "summary": summary,
         "server_time": time.time(),

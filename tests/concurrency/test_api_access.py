@@ -34,6 +34,7 @@ BACKEND_KEYS = {
     "wait_ms_p99",
     "max_wait_ms",
     "workers",
+    "scope",
 }
 
 
@@ -137,7 +138,8 @@ def test_status_shape(client, staff) -> None:
         unregister()
 
     backends = {"default", "chat", "responses", "embedding"}
-    assert set(body) == {"worker", "settings", "redis", "workers", "summary", "server_time"} | backends
+    assert set(body) == {"worker", "settings", "redis", "cluster", "workers", "summary", "server_time"} | backends
+    assert body["cluster"] is None  # per-worker limits here (no Redis)
     for backend in backends:  # the seed's shape: `jq .chat.in_progress` works
         assert set(body[backend]) == SEED_KEYS
         assert body[backend] == {key: body["summary"][backend][key] for key in SEED_KEYS}
@@ -148,7 +150,7 @@ def test_status_shape(client, staff) -> None:
     manager = worker["manager"]
     assert manager["mode"] in ("fifo", "priority")
     assert set(manager["backends"]) == {"default", "chat", "responses", "embedding"}
-    assert set(manager["backends"]["chat"]) >= BACKEND_KEYS - {"workers"} | {"queue_head"}
+    assert set(manager["backends"]["chat"]) >= BACKEND_KEYS - {"workers", "scope"} | {"queue_head"}
     assert body["settings"]["version"] == 1
     assert set(body["settings"]["limits"]) == {"default", "chat", "responses", "embedding"}
     assert {"rpm", "retry_max_attempts", "telemetry_sample_rate", "llm_request_timeout"} <= set(body["settings"])
@@ -243,3 +245,15 @@ def test_summary_sums_over_workers_and_keeps_the_worst_wait() -> None:
     assert chat["wait_ms_p95"] == 250.0
     assert chat["max_wait_ms"] == 750.0
     assert chat["workers"] == 2
+    assert chat["scope"] == "worker"
+
+
+def test_summary_of_a_cluster_wide_limit_counts_the_limit_once() -> None:
+    def worker(wid: str, in_progress: int) -> dict:
+        stats = {"limit": 4, "available": 0, "in_progress": in_progress, "waiting": 0}
+        cluster = {"state": "redis", "backends": {"chat": {"limit": 4, "in_progress": 3}}}
+        return {"worker_id": wid, "manager": {"backends": {"chat": stats}, "cluster": cluster}}
+
+    chat = workers_summary([worker("a:1", 1), worker("b:2", 2)])["chat"]
+
+    assert (chat["limit"], chat["in_progress"], chat["available"], chat["scope"]) == (4, 3, 1, "cluster")

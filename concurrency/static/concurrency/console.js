@@ -182,6 +182,10 @@
     setText(q(root, "version"), status.settings.version);
     setText(q(root, "live"), status.worker.manager.live_requests);
     setText(q(root, "degraded"), degradedAnswers(status));
+    const cluster = status.cluster;
+    setText(q(root, "limit-scope"), cluster
+      ? "cluster-wide (" + (cluster.state === "redis" ? "Redis" : cluster.state + ": " + cluster.live_workers + " workers share it") + ")"
+      : "per worker");
     renderBackends(status);
     renderWorkers(status);
     renderQueues(status);
