@@ -15,7 +15,8 @@ from concurrency.cluster import ClusterManager
 from concurrency.context import request_scope
 from concurrency.errors import BusyError
 from concurrency.manager import LLMPermit
-from tests.concurrency.cluster_redis import OwnRedis, fresh_prefix, suite_redis_url
+from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
+from tests.servers import PrivateRedis
 
 Managers = Callable[..., ClusterManager]
 
@@ -168,7 +169,7 @@ async def test_the_console_sees_the_cluster_and_each_worker(managers: Managers) 
 
 
 async def test_a_redis_outage_falls_back_to_a_share_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
-    own = OwnRedis()
+    own = PrivateRedis()
     own.start()
     m = ClusterManager(
         {"b": 4}, redis_url=own.url, prefix="outage", worker_id="me", workers_index_key="outage:workers",
@@ -179,7 +180,7 @@ async def test_a_redis_outage_falls_back_to_a_share_and_recovers(caplog: pytest.
         presence.zadd("outage:workers", {"me": time.time(), "other": time.time()})  # two live workers
         first = await hold(m)
         await until(lambda: m.live_workers == 2)
-        own.kill()
+        own.stop()
         with caplog.at_level(logging.WARNING, logger="concurrency.cluster.manager"):
             second = await hold(m)  # Redis is down: the local share (4 / 2 = 2) counts the permit already out
             assert m.state == "degraded"
@@ -200,4 +201,4 @@ async def test_a_redis_outage_falls_back_to_a_share_and_recovers(caplog: pytest.
         presence.close()
     finally:
         await m.aclose()
-        own.close()
+        own.stop()
