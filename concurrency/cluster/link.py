@@ -11,14 +11,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from .scripts import ACQUIRE, REFRESH, RELEASE
+from .scripts import ACQUIRE, ADOPT, REFRESH, RELEASE
 
-__all__ = ["REDIS_ERRORS", "RedisLink"]
+__all__ = ["REDIS_ERRORS", "RedisLink", "Refreshed"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,15 @@ logger = logging.getLogger(__name__)
 REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
 
 _LISTEN_WAIT = 0.5  # longest blocking read on the grant channel; the socket timeout is longer
+
+
+@dataclass(frozen=True, slots=True)
+class Refreshed:
+    granted: list[str]  # waiters of this worker that hold a permit now
+    lost_holders: list[str]  # permits of this worker whose lease Redis no longer has
+    lost_waiters: list[str]  # waiters of this worker Redis no longer has
+    holders: list[str]  # every permit out in the cluster
+    queued: int  # waiters in the cluster
 
 
 class RedisLink:
@@ -44,6 +54,7 @@ class RedisLink:
         self._acquire = self.client.register_script(ACQUIRE)
         self._release = self.client.register_script(RELEASE)
         self._refresh = self.client.register_script(REFRESH)
+        self._adopt = self.client.register_script(ADOPT)
 
     def keys(self, backend: str) -> list[str]:
         base = f"{self.prefix}:llm:{backend}"
@@ -64,19 +75,33 @@ class RedisLink:
             return bool(int(await self._release(keys=self.keys(backend), args=[*common, token])))
 
     async def refresh(
+        self, backend: str, holders: Sequence[str], waiters: Sequence[str], common: Sequence[Any]
+    ) -> Refreshed:
+        """Renew the leases Redis still has; what it granted, what it lost, and the cluster's use."""
+        async with asyncio.timeout(self.op_timeout):
+            result = await self._refresh(keys=self.keys(backend), args=[*common, len(holders), *holders, *waiters])
+        granted, lost_holders, lost_waiters, all_holders, queued = result
+        return Refreshed(
+            granted=[_text(t) for t in granted],
+            lost_holders=[_text(t) for t in lost_holders],
+            lost_waiters=[_text(t) for t in lost_waiters],
+            holders=[_text(t) for t in all_holders],
+            queued=int(queued),
+        )
+
+    async def adopt(
         self,
         backend: str,
         holders: Sequence[str],
         waiters: Sequence[tuple[str, int, float]],
         common: Sequence[Any],
-    ) -> tuple[list[str], list[str], int]:
-        """Renew leases: (granted waiter tokens, every holder token in the cluster, cluster queue length)."""
+    ) -> None:
+        """Count again permits still running here and queue again waiters still waiting here that Redis lost."""
         args: list[Any] = [*common, len(holders), *holders]
         for token, score, enqueued_ms in waiters:
             args += [token, score, repr(enqueued_ms)]
         async with asyncio.timeout(self.op_timeout):
-            granted, all_holders, queued = await self._refresh(keys=self.keys(backend), args=args)
-        return [_text(t) for t in granted], [_text(t) for t in all_holders], int(queued)
+            await self._adopt(keys=self.keys(backend), args=args)
 
     async def live_workers(self, index_key: str, since: float) -> int:
         """Workers whose presence (concurrency.live) was published since ``since`` (wall clock)."""

@@ -397,23 +397,38 @@ class ClusterManager(LLMConcurrencyManager):
     async def _refresh(self, link: RedisLink) -> None:
         view = _View(refreshed_at=time.time())
         for backend in list(self._cluster_limits):
-            waiters = [
-                (w.token, w.score, w.enqueued_ms)
+            waiting = [
+                w.token
                 for w in list(self._waiters.values())
                 if w.backend == backend and w.enqueued_ms and not w.fut.done()
             ]
             holders = list(self._held.get(backend, ()))
-            granted, all_holders, queued = await link.refresh(backend, holders, waiters, self._common(backend))
-            for token in granted:
+            seen = await link.refresh(backend, holders, waiting, self._common(backend))
+            for token in seen.granted:
                 self._on_grant(token)
-            view.in_progress[backend] = len(all_holders)
-            view.waiting[backend] = queued
-            view.by_worker[backend] = dict(Counter(t.rpartition("|")[0] for t in all_holders))
+            await self._adopt(link, backend, seen.lost_holders, seen.lost_waiters)
+            view.in_progress[backend] = len(seen.holders)
+            view.waiting[backend] = seen.queued
+            view.by_worker[backend] = dict(Counter(t.rpartition("|")[0] for t in seen.holders))
         if self.workers_index_key:
             live = await link.live_workers(self.workers_index_key, time.time() - self.workers_max_age)
             self.live_workers = max(1, live)
             self._apply_shares()
         self._view = view
+
+    async def _adopt(self, link: RedisLink, backend: str, lost_holders: list[str], lost_waiters: list[str]) -> None:
+        """What Redis lost but is still running or waiting here (checked now, after the refresh's round trip: a
+        permit released meanwhile is not counted again)."""
+        held = self._held.get(backend, set())
+        holders = [t for t in lost_holders if t in held]
+        waiters = [
+            (w.token, w.score, w.enqueued_ms)
+            for t in lost_waiters
+            if (w := self._waiters.get(t)) is not None and not w.fut.done()
+        ]
+        if holders or waiters:
+            logger.info("LLM permits: counting %d permits and %d waiters again in Redis", len(holders), len(waiters))
+            await link.adopt(backend, holders, waiters, self._common(backend))
 
     async def aclose(self) -> None:
         """Stop the tasks and close the connection (tests, shutdown); permits still out run out with their leases."""

@@ -16,7 +16,7 @@ the holder that should have released is gone.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "REFRESH", "RELEASE"]
+__all__ = ["ACQUIRE", "ADOPT", "REFRESH", "RELEASE"]
 
 # ARGV[1] limit, ARGV[2] lease ms, ARGV[3] starvation threshold ms, ARGV[4] priority mode (0/1),
 # ARGV[5] grant channel prefix. Defines `now`, `expire()` and `grant()`.
@@ -96,11 +96,47 @@ return held
 """
 )
 
-# Renew this worker's leases. ARGV[6] holder count H, then H holder tokens, then waiters as triples
-# (token, priority score, enqueue ms). A holder whose lease ran out (this worker was cut off longer than a lease)
-# is counted again, since its call is still running; a waiter that was dropped is queued again in its old place.
-# Returns {granted waiter tokens, holders with their tokens, queued count}.
+# Renew this worker's leases. ARGV[6] holder count H, then H holder tokens, then waiter tokens. Only leases still in
+# Redis are renewed: a permit released meanwhile must not come back. Returns {granted waiter tokens, holder tokens
+# Redis no longer has, waiter tokens it no longer has, every holder token in the cluster, cluster queue length}.
 REFRESH = (
+    _COMMON
+    + """
+local n = tonumber(ARGV[6])
+local lost_holders, lost_waiters = {}, {}
+for i = 7, 6 + n do
+  if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease, ARGV[i]) == 0
+      and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    lost_holders[#lost_holders + 1] = ARGV[i]
+  end
+end
+for i = 7 + n, #ARGV do
+  local token = ARGV[i]
+  if not redis.call('ZSCORE', KEYS[1], token) then
+    if redis.call('ZSCORE', KEYS[4], token) then
+      redis.call('ZADD', KEYS[4], now + lease, token)
+    else
+      lost_waiters[#lost_waiters + 1] = token
+    end
+  end
+end
+expire()
+grant()
+local granted = {}
+for i = 7 + n, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    granted[#granted + 1] = ARGV[i]
+  end
+end
+return {granted, lost_holders, lost_waiters, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZCARD', KEYS[2])}
+"""
+)
+
+# Count again what this worker still runs or waits for but Redis lost (leases that ran out while this worker was
+# cut off, permits of the local share taken during an outage): a running call is counted even past the limit,
+# since it is running; a waiter is queued again in its old place. ARGV[6] holder count H, then H holder tokens,
+# then waiters as triples (token, priority score, enqueue ms).
+ADOPT = (
     _COMMON
     + """
 local n = tonumber(ARGV[6])
@@ -117,12 +153,6 @@ for i = 7 + n, #ARGV, 3 do
 end
 expire()
 grant()
-local granted = {}
-for i = 7 + n, #ARGV, 3 do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    granted[#granted + 1] = ARGV[i]
-  end
-end
-return {granted, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZCARD', KEYS[2])}
+return redis.call('ZCARD', KEYS[1])
 """
 )
