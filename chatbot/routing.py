@@ -7,9 +7,11 @@ from typing import Any
 
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import WebsocketDenier
+from django.conf import settings
 from django.urls import path, re_path
 
 from chatbot import security
+from chatbot.clientaddr import ClientOriginMiddleware
 from chatbot.consumers import AskStreamConsumer, ChatConsumer, StreamCancelConsumer, StreamResumeConsumer
 from chatbot.daphne_options import websocket_close_frames_on_protocol_errors
 from chatbot.openai_api.consumers import ChatCompletionsConsumer, ModelsConsumer
@@ -60,8 +62,9 @@ class OriginChecked:
 websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]  # type: ignore[arg-type]
 
 
-def build_application(django_app: Any) -> ProtocolTypeRouter:
-    """SSE endpoints to their consumer, other HTTP to Django, WebSocket behind the Origin check."""
+def build_application(django_app: Any) -> ClientOriginMiddleware:
+    """SSE endpoints to their consumer, other HTTP to Django, WebSocket behind the Origin check; every connection
+    first gets its client's address (behind `RAG_TRUSTED_PROXY_HOPS` proxies)."""
     websocket_close_frames_on_protocol_errors()
     http_routes = [
         *(
@@ -79,7 +82,7 @@ def build_application(django_app: Any) -> ProtocolTypeRouter:
         path("v1/models", HostChecked(ModelsConsumer.as_asgi())),  # type: ignore[arg-type]
         path("v1/models/<str:model>", HostChecked(ModelsConsumer.as_asgi())),  # type: ignore[arg-type]
     ]
-    return ProtocolTypeRouter(
+    router = ProtocolTypeRouter(
         {
             "http": URLRouter([*http_routes, re_path(r"", django_app)]),  # type: ignore[list-item]
             # Browsers send Origin on every WebSocket handshake and never enforce same-origin for it themselves:
@@ -88,3 +91,4 @@ def build_application(django_app: Any) -> ProtocolTypeRouter:
             "websocket": OriginChecked(URLRouter(websocket_urlpatterns)),  # type: ignore[arg-type]
         }
     )
+    return ClientOriginMiddleware(router, trusted_hops=settings.RAG_TRUSTED_PROXY_HOPS)

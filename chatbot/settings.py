@@ -271,7 +271,12 @@ RAG_MAX_QUESTION_CHARS = env_int("RAG_MAX_QUESTION_CHARS", 2000, minimum=1)
 RAG_RETRIEVAL_TOP_K = env_int("RAG_RETRIEVAL_TOP_K", 5, minimum=1, maximum=50)
 RAG_RETRIEVAL_TIMEOUT = env_float("RAG_RETRIEVAL_TIMEOUT", 10.0, minimum=0.1)
 RAG_MAX_RETRIEVAL_LOOPS = env_int("RAG_MAX_RETRIEVAL_LOOPS", 2, minimum=0, maximum=5)
+# Questions per minute per client (by its cookie or X-Client-Id; by its address when it sends neither) and per
+# address (everyone behind it together); 0 = unlimited. Shared by every worker through Redis with REDIS_URL.
 RAG_RATE_LIMIT_PER_MINUTE = env_int("RAG_RATE_LIMIT_PER_MINUTE", 30, minimum=0)
+RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE = env_int("RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE", 120, minimum=0)
+# Proxies in front of the workers whose X-Forwarded-For entry is trusted (nginx alone: 1). 0: the peer's address.
+RAG_TRUSTED_PROXY_HOPS = env_int("RAG_TRUSTED_PROXY_HOPS", 0, minimum=0, maximum=10)
 RAG_STREAM_TIMEOUT = env_float("RAG_STREAM_TIMEOUT", 180.0, minimum=1.0)
 RAG_DEFAULT_LANGUAGE = env_choice("RAG_DEFAULT_LANGUAGE", "zh-hant", ("zh-hant", "en"))
 # When the answer LLM fails for good (upstream error, timeout, busy past the wait) after retrieval found passages,

@@ -18,6 +18,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from chatbot.clientaddr import client_origin_var
 from chatbot.logcontext import conversation_id_var, request_id_var
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
 from chatbot.summaries import summary_settled, summary_write_later
@@ -221,12 +222,17 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
             )
         except UnknownConversation as exc:
             raise BadRequest(str(exc)) from None
+    # Set by chatbot.clientaddr.ClientOriginMiddleware for a connection to the server; None for the `ask` command.
+    # A caller limited otherwise (an API key's own rate) is not limited by client or address here.
+    origin = client_origin_var.get() if ask.client_rate_limited else None
     request = AskRequest(
         question=ask.question,
         backend=ask.backend,
         conversation_id=context.conversation_id,
-        # The guard limits a client id; an empty one is not limited there.
+        # The guard limits a client id (and an address); an empty one is not limited there.
         client_id=ask.client_id if ask.client_rate_limited else "",
+        client_address=origin.address if origin else "",
+        client_identified=origin.identified if origin else True,
         history=context.history,
         summary=context.summary,
         degraded_allowed=ask.degraded_allowed,

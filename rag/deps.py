@@ -6,10 +6,11 @@ from settings at start-up and every compiled graph shares it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rag.ratelimit import RateRule
 from rag.state import RetrievedChunk
 from rag.stats import AnswerStats
 
@@ -40,14 +41,17 @@ class PromptProvider(Protocol):
 
 
 class RateLimiter(Protocol):
-    def allow(self, key: str) -> tuple[bool, float]:
-        """(allowed, retry_after_seconds) for one more request from `key`."""
+    async def admit(self, rules: Sequence[RateRule]) -> tuple[bool, float]:
+        """(allowed, retry_after_seconds) for one more request under every rule; counted only when allowed."""
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
     max_question_chars: int = 2000
+    # Requests per minute: per client (by its id, or by its address when it sends none) and per address; 0 = off.
+    rate_limit_per_client: int = 0
+    rate_limit_per_address: int = 0
     blocked_patterns: tuple[str, ...] = ()
     top_k: int = 5
     retrieval_timeout: float = 10.0

@@ -1,19 +1,45 @@
-"""Per-client request rate limit: an exact sliding window of the last minute, in bounded memory.
+"""Request rate limits: exact sliding windows of the last minute, per process or shared by every worker in Redis.
 
-Each key keeps the timestamps of its requests within the window (at most `limit_per_minute` of them). Keys
-whose window has emptied are evicted on a periodic sweep, and past `max_keys` the least recently seen key goes,
-so a scan from many addresses cannot grow memory without bound. One instance per process; calls are cheap and
-thread-safe.
+A request is checked against several rules at once (its client's window, its address's window) and is counted in
+all of them only when every one allows it, so a refused request uses up nothing.
+
+- `SlidingWindowRateLimiter`: in this process. Each key keeps the timestamps of its requests within the window
+  (at most its limit of them); keys whose window has emptied are evicted on a periodic sweep, and past `max_keys`
+  the least recently seen key goes, so a scan from many addresses cannot grow memory without bound.
+- `RedisRateLimiter`: the same windows in Redis (one sorted set per key, checked and counted by one Lua script on
+  Redis's clock), so N workers allow the limit once, not N times. When Redis does not answer it falls back to a
+  per-process limiter, with a warning, and returns to Redis when it answers.
+
+Why no library: `limits` (the well-kept one, with a Redis moving window) checks and counts one key per call, so a
+request refused by its address's window would still have used up its client's; and it brings its own Redis client
+set-up, where this project gives every Redis call explicit socket timeouts. The script below is the whole window.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["WINDOW_SECONDS", "RateRule", "RedisRateLimiter", "SlidingWindowRateLimiter"]
+
+logger = logging.getLogger(__name__)
 
 WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RateRule:
+    """At most `limit` requests per minute under `key` (0: unlimited)."""
+
+    key: str
+    limit: int
 
 
 class SlidingWindowRateLimiter:
@@ -39,8 +65,16 @@ class SlidingWindowRateLimiter:
         self._lock = threading.Lock()
 
     def allow(self, key: str) -> tuple[bool, float]:
-        """(allowed, retry_after_seconds) for one more request from `key`; an allowed request is counted."""
-        if self.limit == 0:
+        """(allowed, retry_after_seconds) for one more request from `key` at this limiter's own limit."""
+        return self.hit([RateRule(key, self.limit)])
+
+    async def admit(self, rules: Sequence[RateRule]) -> tuple[bool, float]:
+        """(allowed, retry_after_seconds) for one more request under every rule; counted only when allowed."""
+        return self.hit(rules)
+
+    def hit(self, rules: Sequence[RateRule]) -> tuple[bool, float]:
+        rules = [rule for rule in rules if rule.limit > 0]
+        if not rules:
             return True, 0.0
         now = self._clock()
         horizon = now - WINDOW_SECONDS
@@ -48,19 +82,25 @@ class SlidingWindowRateLimiter:
             self._calls += 1
             if self._calls % self._sweep_every == 0:
                 self._sweep(horizon)
-            window = self._windows.get(key)
-            if window is None:
-                window = self._windows[key] = deque()
-                while len(self._windows) > self._max_keys:
-                    self._windows.popitem(last=False)
-            else:
-                self._windows.move_to_end(key)
-            while window and window[0] <= horizon:
-                window.popleft()
-            if len(window) >= self.limit:
-                return False, max(0.0, window[0] + WINDOW_SECONDS - now)
-            window.append(now)
+            windows = [self._window(rule.key, horizon) for rule in rules]
+            full = [window for rule, window in zip(rules, windows, strict=True) if len(window) >= rule.limit]
+            if full:
+                return False, max(0.0, max(window[0] for window in full) + WINDOW_SECONDS - now)
+            for window in windows:
+                window.append(now)
             return True, 0.0
+
+    def _window(self, key: str, horizon: float) -> deque[float]:
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = deque()
+            while len(self._windows) > self._max_keys:
+                self._windows.popitem(last=False)
+        else:
+            self._windows.move_to_end(key)
+        while window and window[0] <= horizon:
+            window.popleft()
+        return window
 
     def _sweep(self, horizon: float) -> None:
         idle = [key for key, window in self._windows.items() if not window or window[-1] <= horizon]
@@ -76,3 +116,84 @@ class SlidingWindowRateLimiter:
         with self._lock:
             self._windows.clear()
             self._calls = 0
+
+
+# KEYS: one sorted set per rule. ARGV[1] window ms, ARGV[2] a unique member, ARGV[2 + i] the limit of KEYS[i].
+# Returns "0" when counted, else the seconds until the fullest window has room (a string: Lua numbers come back
+# as integers).
+_WINDOW_SCRIPT = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+local window = tonumber(ARGV[1])
+local wait = 0
+local full = false
+for i, key in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  if redis.call('ZCARD', key) >= tonumber(ARGV[2 + i]) then
+    full = true
+    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #oldest > 0 then
+      wait = math.max(wait, tonumber(oldest[2]) + window - now)
+    end
+  end
+end
+if full then
+  return string.format('%.3f', math.max(wait, 1) / 1000)
+end
+for i, key in ipairs(KEYS) do
+  redis.call('ZADD', key, now, ARGV[2])
+  redis.call('PEXPIRE', key, math.ceil(window))
+end
+return '0'
+"""
+
+_REDIS_TIMEOUT = 1.0
+
+
+class RedisRateLimiter:
+    """The windows in Redis under `<prefix>:ratelimit:<key>`, shared by every worker; per process while Redis is
+    unreachable (`fallback`)."""
+
+    def __init__(self, url: str, *, prefix: str, fallback: SlidingWindowRateLimiter) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.fallback = fallback
+        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._failing = False
+
+    def _script(self) -> Any:
+        # redis.asyncio connections belong to the loop that opened them: one client per loop.
+        import redis.asyncio as aioredis
+
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is None:
+            for old in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[old]
+            client = aioredis.Redis.from_url(
+                self.url, socket_timeout=_REDIS_TIMEOUT * 2, socket_connect_timeout=_REDIS_TIMEOUT
+            )
+            entry = self._clients[loop] = client.register_script(_WINDOW_SCRIPT)
+        return entry
+
+    async def admit(self, rules: Sequence[RateRule]) -> tuple[bool, float]:
+        from redis.exceptions import RedisError
+
+        rules = [rule for rule in rules if rule.limit > 0]
+        if not rules:
+            return True, 0.0
+        keys = [f"{self.prefix}:ratelimit:{rule.key}" for rule in rules]
+        args = [round(WINDOW_SECONDS * 1000), uuid.uuid4().hex, *(rule.limit for rule in rules)]
+        try:
+            async with asyncio.timeout(_REDIS_TIMEOUT):
+                raw = await self._script()(keys=keys, args=args)
+        except (RedisError, OSError, TimeoutError) as exc:
+            if not self._failing:
+                logger.warning("rate limits: Redis unreachable (%s); each worker counts alone until it answers", exc)
+                self._failing = True
+            return self.fallback.hit(rules)
+        if self._failing:
+            logger.warning("rate limits: Redis answers again; the windows are shared by every worker again")
+            self._failing = False
+        wait = float(raw.decode() if isinstance(raw, bytes) else raw)
+        return wait <= 0, wait

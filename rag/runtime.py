@@ -35,6 +35,8 @@ class AskRequest:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     conversation_id: str = ""
     client_id: str = ""
+    client_address: str = ""
+    client_identified: bool = True
     history: tuple[Turn, ...] = ()
     summary: str = ""
     degraded_allowed: bool = True  # False: a failed answer LLM ends the request with its error, never degraded
@@ -268,6 +270,8 @@ class PipelineRuntime:
             backend=request.backend,
             conversation_id=request.conversation_id,
             client_id=request.client_id,
+            client_address=request.client_address,
+            client_identified=request.client_identified,
             history=list(request.history),
             summary=request.summary,
             degraded_allowed=request.degraded_allowed,

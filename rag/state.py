@@ -124,6 +124,10 @@ class PipelineState:
     backend: str = "chat"
     conversation_id: str = ""
     client_id: str = ""
+    # Where the request came from (behind trusted proxies), and whether the client sent an id of its own (a
+    # cookie or header): one that did not is rate-limited by its address, since its id is new on every request.
+    client_address: str = ""
+    client_identified: bool = True
     history: list[Turn] = field(default_factory=list)
     summary: str = ""  # running conversation summary from the previous turn
     # what answers this request: backend, answering model (or "offline") and workflow version (the cache's key)
@@ -172,6 +176,18 @@ class PipelineState:
 
 # Fields a caller fills before the first node runs; a node may read them without an upstream producer.
 REQUEST_FIELDS = frozenset(
-    {"request_id", "question", "backend", "conversation_id", "client_id", "history", "summary", "producer", "usage"}
+    {
+        "request_id",
+        "question",
+        "backend",
+        "conversation_id",
+        "client_id",
+        "client_address",
+        "client_identified",
+        "history",
+        "summary",
+        "producer",
+        "usage",
+    }
 )
 STATE_FIELDS = frozenset(PipelineState.__dataclass_fields__)

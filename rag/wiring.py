@@ -52,6 +52,8 @@ def pipeline_config_from_settings() -> PipelineConfig:
         max_retrieval_loops=settings.RAG_MAX_RETRIEVAL_LOOPS,
         default_language=settings.RAG_DEFAULT_LANGUAGE,
         degraded_answers=settings.RAG_DEGRADED_ANSWERS,
+        rate_limit_per_client=settings.RAG_RATE_LIMIT_PER_MINUTE,
+        rate_limit_per_address=settings.RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE,
     )
 
 
@@ -325,9 +327,18 @@ def configure_concurrency_manager() -> Any:
 # --- the runtime -----------------------------------------------------------------------------------------------
 
 
+def rate_limiter_from_settings() -> Any:
+    """The request rate windows: in Redis with `REDIS_URL` (shared by every worker), else in this process."""
+    from concurrency.live.workers import redis_config
+    from rag.ratelimit import RedisRateLimiter, SlidingWindowRateLimiter
+
+    local = SlidingWindowRateLimiter(settings.RAG_RATE_LIMIT_PER_MINUTE)
+    url, prefix = redis_config()
+    return RedisRateLimiter(url, prefix=prefix, fallback=local) if url else local
+
+
 def build_deps() -> PipelineDeps:
     """Open the vector store and build every client. Blocking: call it off the event loop."""
-    from rag.ratelimit import SlidingWindowRateLimiter
     from rag.retrieval.store import open_store_from_settings
 
     # first: a configuration mistake (or a missing model folder) should not leave the store open and locked
@@ -341,7 +352,7 @@ def build_deps() -> PipelineDeps:
     deps = PipelineDeps(
         retriever=StoreRetriever(store, embedder, mode=mode, settings=search_settings),
         config=pipeline_config_from_settings(),
-        rate_limiter=SlidingWindowRateLimiter(settings.RAG_RATE_LIMIT_PER_MINUTE),
+        rate_limiter=rate_limiter_from_settings(),
         llm=llm,
         telemetry=telemetry_for_deps(),  # process-wide, shut down at exit: not one of the deps' cleanups
     )

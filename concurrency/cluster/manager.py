@@ -139,7 +139,7 @@ class ClusterManager(LLMConcurrencyManager):
         workers_index_key: str = "",
         lease_seconds: float = 5.0,
         refresh_interval: float = 1.0,
-        op_timeout: float = 1.0,
+        op_timeout: float = 2.0,
         workers_max_age: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         **options: Any,

@@ -10,11 +10,12 @@ from typing import Any
 from rag.deps import PipelineDeps, RateLimiter
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
+from rag.ratelimit import RateRule
 from rag.state import PipelineState
 from rag.text.tokenize import normalize
 
 NAME = "guard"
-INPUTS = ("question", "client_id")
+INPUTS = ("question", "client_id", "client_address", "client_identified")
 OUTPUTS = ("error",)
 ROUTE_OK = "default"
 ROUTE_BLOCKED = "blocked"
@@ -39,10 +40,14 @@ class Guard:
         max_chars: int,
         blocked_patterns: Iterable[str],
         rate_limiter: RateLimiter | None,
+        per_client: int = 0,
+        per_address: int = 0,
     ) -> None:
         self._max_chars = max_chars
         self._blocked = _compile(blocked_patterns)
         self._rate_limiter = rate_limiter
+        self._per_client = per_client
+        self._per_address = per_address
 
     async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
         question = state.question
@@ -57,15 +62,27 @@ class Guard:
         if self._blocked is not None and self._blocked.search(normalize(question)):
             state.fail("blocked", "the question contains content this service does not accept")
             return ROUTE_BLOCKED
-        # An empty client id means the caller did not identify the client (CLI, tests): one shared bucket for
-        # all of them would let one caller starve the rest, so they are not limited here.
-        if self._rate_limiter is not None and state.client_id:
-            allowed, retry_after = self._rate_limiter.allow(state.client_id)
+        rules = self._rate_rules(state)
+        if self._rate_limiter is not None and rules:
+            allowed, retry_after = await self._rate_limiter.admit(rules)
             if not allowed:
                 wait = max(1, math.ceil(retry_after))
                 state.fail("busy", f"too many questions; try again in {wait} s", retry_after=float(wait))
                 return ROUTE_BLOCKED
         return None
+
+    def _rate_rules(self, state: PipelineState) -> list[RateRule]:
+        """The client's window (by its id, or by its address when it sent no id: a new id on every request would
+        escape any limit) and the address's window. A request with neither (the CLI, tests) is not limited: one
+        shared bucket for all of them would let one caller starve the rest."""
+        rules = []
+        if state.client_id and state.client_identified:
+            rules.append(RateRule(f"client:{state.client_id}", self._per_client))
+        elif state.client_address:
+            rules.append(RateRule(f"anonymous:{state.client_address}", self._per_client))
+        if state.client_address:
+            rules.append(RateRule(f"address:{state.client_address}", self._per_address))
+        return [rule for rule in rules if rule.limit > 0]
 
 
 def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
@@ -89,6 +106,8 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> Guard:
         max_chars=min(params["max_chars"], deps.config.max_question_chars),
         blocked_patterns=[*deps.config.blocked_patterns, *params["blocked_patterns"]],
         rate_limiter=deps.rate_limiter,
+        per_client=deps.config.rate_limit_per_client,
+        per_address=deps.config.rate_limit_per_address,
     )
 
 

@@ -139,7 +139,7 @@ def test_a_terminal_error_exits_with_1_naming_the_code(monkeypatch: pytest.Monke
     deps = asyncio.run(runtime.deps())
 
     class RefuseAll:
-        def allow(self, key: str) -> tuple[bool, float]:
+        async def admit(self, rules: object) -> tuple[bool, float]:
             return False, 5.0
 
     monkeypatch.setattr(deps, "rate_limiter", RefuseAll())

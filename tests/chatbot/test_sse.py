@@ -221,7 +221,7 @@ async def test_a_fast_busy_is_http_429_with_retry_after(monkeypatch: pytest.Monk
     deps = await runtime.deps()
 
     class RefuseAll:
-        def allow(self, key: str) -> tuple[bool, float]:
+        async def admit(self, rules: object) -> tuple[bool, float]:
             return False, 2.4
 
     monkeypatch.setattr(deps, "rate_limiter", RefuseAll())

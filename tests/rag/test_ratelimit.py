@@ -1,4 +1,10 @@
-from rag.ratelimit import SlidingWindowRateLimiter
+import logging
+
+import pytest
+
+from rag.ratelimit import RateRule, RedisRateLimiter, SlidingWindowRateLimiter
+from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
+from tests.servers import PrivateRedis
 
 
 class FakeClock:
@@ -71,3 +77,44 @@ def test_memory_is_bounded_by_max_keys():
     assert len(limiter) == 100
     # The most recent keys are the ones kept.
     assert limiter.allow("client-999") == (True, 0.0)
+
+
+def test_a_request_refused_by_one_rule_uses_up_none():
+    clock = FakeClock()
+    limiter = SlidingWindowRateLimiter(0, clock=clock)
+    client, address = RateRule("client:a", 5), RateRule("address:x", 1)
+    assert limiter.hit([client, address]) == (True, 0.0)
+    assert limiter.hit([client, address])[0] is False
+    # the refused request was not counted in the client's window: 4 more fit without the address rule
+    assert [limiter.hit([client])[0] for _ in range(5)] == [True, True, True, True, False]
+
+
+async def test_redis_windows_are_shared_by_every_worker():
+    url = suite_redis_url()
+    with fresh_prefix(url, "ratelimit") as prefix:
+        workers = [RedisRateLimiter(url, prefix=prefix, fallback=SlidingWindowRateLimiter(0)) for _ in range(2)]
+        rules = [RateRule("anonymous:203.0.113.7", 3)]
+        outcomes = [(await workers[i % 2].admit(rules))[0] for i in range(6)]
+        assert outcomes == [True, True, True, False, False, False]
+        allowed, retry_after = await workers[0].admit(rules)
+        assert not allowed and 0 < retry_after <= 60
+        assert (await workers[1].admit([RateRule("anonymous:198.51.100.2", 3)]))[0] is True
+
+
+async def test_a_redis_outage_falls_back_to_this_process_and_recovers(caplog: pytest.LogCaptureFixture):
+    server = PrivateRedis()
+    server.start()
+    limiter = RedisRateLimiter(server.url, prefix="rl", fallback=SlidingWindowRateLimiter(0))
+    rules = [RateRule("client:a", 2)]
+    try:
+        assert (await limiter.admit(rules))[0] is True
+        server.stop()
+        with caplog.at_level(logging.WARNING, logger="rag.ratelimit"):
+            # this process still counts: two more fit in its own window, the third does not
+            assert [(await limiter.admit(rules))[0] for _ in range(3)] == [True, True, False]
+        assert "Redis unreachable" in caplog.text
+        server.start()  # an empty Redis: one request counted there before the outage is gone with it
+        assert [(await limiter.admit(rules))[0] for _ in range(3)] == [True, True, False]
+        assert "answers again" in caplog.text
+    finally:
+        server.stop()

@@ -6,8 +6,15 @@ from rag.ratelimit import SlidingWindowRateLimiter
 from tests.rag.nodes.support import InMemoryRetriever, make_state, make_writer
 
 
-def guard(*, max_chars=2000, patterns=(), limiter=None) -> Guard:
-    return Guard(max_chars=max_chars, blocked_patterns=patterns, rate_limiter=limiter)
+def guard(*, max_chars=2000, patterns=(), limiter=None, per_address=0) -> Guard:
+    per_client = limiter.limit if limiter is not None else 0
+    return Guard(
+        max_chars=max_chars,
+        blocked_patterns=patterns,
+        rate_limiter=limiter,
+        per_client=per_client,
+        per_address=per_address,
+    )
 
 
 async def test_a_fine_question_passes():
@@ -62,6 +69,28 @@ async def test_requests_without_a_client_id_are_not_rate_limited():
     node = guard(limiter=limiter)
     for _ in range(3):
         assert await node.run(make_state(client_id=""), make_writer()[0]) is None
+
+
+async def test_a_client_without_an_id_of_its_own_is_limited_by_its_address():
+    node = guard(limiter=SlidingWindowRateLimiter(1, clock=lambda: 100.0))
+
+    def anonymous(address: str, n: int):
+        # a client without a cookie gets a new id on every request
+        return make_state(client_id=f"anon:new{n}", client_address=address, client_identified=False)
+
+    assert await node.run(anonymous("203.0.113.7", 1), make_writer()[0]) is None
+    assert await node.run(anonymous("203.0.113.7", 2), make_writer()[0]) == "blocked"
+    assert await node.run(anonymous("198.51.100.2", 3), make_writer()[0]) is None  # another address
+
+
+async def test_an_address_limit_counts_every_client_behind_it():
+    node = guard(limiter=SlidingWindowRateLimiter(5, clock=lambda: 100.0), per_address=2)
+    for n in range(2):
+        state = make_state(client_id=f"anon:c{n}", client_address="203.0.113.7")
+        assert await node.run(state, make_writer()[0]) is None
+    state = make_state(client_id="anon:c9", client_address="203.0.113.7")
+    assert await node.run(state, make_writer()[0]) == "blocked"
+    assert state.error is not None and state.error.code == "busy"
 
 
 async def test_bad_request_does_not_use_up_the_rate():
