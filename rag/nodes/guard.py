@@ -82,7 +82,7 @@ class Guard:
             rules.append(RateRule(f"anonymous:{state.client_address}", self._per_client))
         if state.client_address:
             rules.append(RateRule(f"address:{state.client_address}", self._per_address))
-        return [rule for rule in rules if rule.limit > 0]
+        return rules  # a limit of 0 (unlimited) is the limiter's to skip
 
 
 def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:

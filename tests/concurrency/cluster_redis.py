@@ -12,11 +12,11 @@ import pytest
 import redis
 
 
-def suite_redis_url() -> str:
+def suite_redis_url(what: str = "cluster-wide LLM limits") -> str:
     """``REDIS_URL`` of the run; the test is skipped (saying why) without it or when that Redis does not answer."""
     url = os.environ.get("REDIS_URL", "")
     if not url:
-        pytest.skip("cluster-wide LLM limits need Redis: set REDIS_URL (e.g. redis://127.0.0.1:6379/7) to run this")
+        pytest.skip(f"{what} need Redis: set REDIS_URL (e.g. redis://127.0.0.1:6379/7) to run this")
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
         client.ping()

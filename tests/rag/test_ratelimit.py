@@ -90,7 +90,7 @@ def test_a_request_refused_by_one_rule_uses_up_none():
 
 
 async def test_redis_windows_are_shared_by_every_worker():
-    url = suite_redis_url()
+    url = suite_redis_url("rate limits shared by workers")
     with fresh_prefix(url, "ratelimit") as prefix:
         workers = [RedisRateLimiter(url, prefix=prefix, fallback=SlidingWindowRateLimiter(0)) for _ in range(2)]
         rules = [RateRule("anonymous:203.0.113.7", 3)]
