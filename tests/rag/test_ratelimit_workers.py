@@ -1,0 +1,96 @@
+"""Two real daphne workers behind one (pretend) proxy share the rate limit through Redis: 40 asks from one address,
+without cookies, against a limit of 10 a minute."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
+from tests.daphne_workers import Worker, manage, running_workers, shared_database
+
+pytestmark = pytest.mark.slow
+
+DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
+LIMIT = 10
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Worker, ...]]:
+    url = suite_redis_url("rate limits shared by workers")
+    data_dir = tmp_path_factory.mktemp("ratelimit-workers")
+    shutil.copytree(DEMO, data_dir / "corpus")
+    with shared_database("ratelimit_workers") as database_url, fresh_prefix(url, "ratelimit-workers") as prefix:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
+            "DATA_DIR": str(data_dir),
+            "CORPUS_DIR": str(data_dir / "corpus"),
+            "DATABASE_URL": database_url,
+            "REDIS_URL": url,
+            "REDIS_PREFIX": prefix,
+            "QDRANT_URL": "",
+            "LLM_BASE_URL": "",
+            "RAG_RATE_LIMIT_PER_MINUTE": str(LIMIT),
+            "RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE": "0",
+            "RAG_TRUSTED_PROXY_HOPS": "1",  # the test client plays the proxy: its X-Forwarded-For is trusted
+            "PYTHONUNBUFFERED": "1",
+        }
+        manage(env, "migrate", "--noinput")
+        manage(env, "reindex")
+        with running_workers([env, env]) as started:
+            yield started
+
+
+def ask(worker: Worker, forwarded_for: str, n: int) -> str:
+    """One SSE ask without a cookie: "served" (an answer), "busy" (refused, 429), or what else happened."""
+    with httpx.stream(
+        "POST",
+        worker.url + "/api/v1/rag/ask/stream_chat",
+        json={"question": f"How do I reset my password? ({n})"},
+        headers={"X-Forwarded-For": forwarded_for},
+        timeout=30.0,
+    ) as response:
+        if response.status_code == 429:
+            response.read()
+            assert response.json()["error"]["code"] == "busy"
+            return "busy"
+        assert "set-cookie" in response.headers  # a new client every time: it never sends the cookie back
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    terminal = events[-1]
+    if terminal["channel"] == "meta_summary":
+        return "served"
+    return f"{terminal['channel']}:{terminal.get('code')}"
+
+
+def test_forty_asks_from_one_address_without_cookies_get_ten_a_minute_across_two_workers(
+    workers: tuple[Worker, ...],
+) -> None:
+    started = time.monotonic()
+    outcomes, served_at = [], []
+    for n in range(40):
+        outcome = ask(workers[n % 2], "203.0.113.7", n)
+        outcomes.append(outcome)
+        if outcome == "served":
+            served_at.append(time.monotonic())
+    elapsed = time.monotonic() - started
+    print(f"\n40 asks in {elapsed:.1f} s: {outcomes.count('served')} served, {outcomes.count('busy')} busy")
+    assert set(outcomes) <= {"served", "busy"}, outcomes
+    assert outcomes[:LIMIT] == ["served"] * LIMIT  # the limit is not stricter than set
+    # never more than LIMIT served within any minute
+    assert all(later - earlier >= 60 for earlier, later in zip(served_at, served_at[LIMIT:], strict=False))
+    if elapsed < 60:
+        assert outcomes.count("served") == LIMIT
+
+
+def test_the_address_is_the_trusted_hop_not_what_the_client_claims(workers: tuple[Worker, ...]) -> None:
+    # runs after the forty: 203.0.113.7 has used its minute
+    assert ask(workers[0], "198.51.100.9, 203.0.113.7", 100) == "busy"  # a made-up entry to the left changes nothing
+    assert ask(workers[1], "198.51.100.2", 101) == "served"  # another address has its own window
