@@ -35,7 +35,10 @@ def _limit(backend: str) -> models.PositiveIntegerField:
     return models.PositiveIntegerField(
         f"{backend} limit",
         validators=[MinValueValidator(1), MaxValueValidator(MAX_LIMIT)],
-        help_text=f"Concurrent LLM calls on the {backend!r} backend per worker; match vLLM's --max-num-seqs.",
+        help_text=(
+            f"Concurrent LLM calls on the {backend!r} backend: for the whole cluster with Redis, else per worker; "
+            "match vLLM's --max-num-seqs."
+        ),
     )
 
 
