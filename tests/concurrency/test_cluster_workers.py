@@ -99,28 +99,10 @@ def ask(worker: Worker, question: str) -> str:
     return str(events[-1]["channel"]) if events else "no terminal"
 
 
-# Under load on a small machine an SSE consumer can die of the resumable-stream store's 1 s Redis read timeout
-# (chatbot.replay.redis_store, with or without cluster limits); its stream, and ones queued behind it, then end
-# without a terminal event. Such a death is logged with this line.
-STORE_TIMEOUT_CRASH = "Exception inside application: Timeout reading from"
-
-
-def worker_log(worker: Worker) -> str:
-    worker.log.seek(0)
-    return worker.log.read().decode("utf-8", "replace")
-
-
-def check_answers(outcomes: list[str], workers: Sequence[Worker]) -> None:
-    """Every ask answered, or lost with a worker whose SSE consumer died of the stream store's read timeout.
-
-    A permit that never came would end its stream with `error` `busy` (the acquire timeout, 30 s, is shorter than
-    the client's read timeout), so a lost stream is never a permit wait.
-    """
-    assert "error" not in outcomes, outcomes
-    lost = outcomes.count("no terminal")
-    crashes = sum(worker_log(w).count(STORE_TIMEOUT_CRASH) for w in workers)
-    print(f"{lost} of {len(outcomes)} streams lost; {crashes} consumers died of the stream store's read timeout")
-    assert not lost or crashes, (outcomes, [w.output() for w in workers])
+def check_answers(outcomes: list[str]) -> None:
+    """Every ask answered. A permit that never came would end its stream with `error` `busy` (the acquire timeout,
+    30 s, is shorter than the client's read timeout)."""
+    assert outcomes == ["meta_summary"] * len(outcomes), outcomes
 
 
 def ask_all(pool: ThreadPoolExecutor, targets: Sequence[Worker]) -> list[Future[str]]:
@@ -177,7 +159,7 @@ def test_one_worker_alone_uses_the_whole_capacity(workers: tuple[Worker, ...], s
     with ThreadPoolExecutor(16) as pool, Sampler(sim) as sampler:
         outcomes = served(ask_all(pool, [a] * 16))
     print(f"\none worker, 16 asks: max running {sampler.max_running}, max waiting {sampler.max_waiting}")
-    check_answers(outcomes, workers)
+    check_answers(outcomes)
     assert sampler.max_running == CAPACITY
     assert sampler.max_waiting == 0
 
@@ -187,7 +169,7 @@ def test_two_workers_together_never_exceed_the_capacity(workers: tuple[Worker, .
     with ThreadPoolExecutor(16) as pool, Sampler(sim) as sampler:
         outcomes = served(ask_all(pool, [a, b] * 8))
     print(f"\ntwo workers, 16 asks: max running {sampler.max_running}, max waiting {sampler.max_waiting}")
-    check_answers(outcomes, workers)
+    check_answers(outcomes)
     assert sampler.max_running == CAPACITY
     assert sampler.max_waiting == 0
 
@@ -212,7 +194,7 @@ def test_a_killed_workers_permits_come_back_within_ten_seconds(
     for future in on_b:  # killed mid-answer: no terminal event
         with contextlib.suppress(httpx.TransportError):
             assert future.result(timeout=30) == "no terminal"
-    check_answers(outcomes, [a])
+    check_answers(outcomes)
     assert back_at is not None
     print(f"\nSIGKILL: the other worker ran {CAPACITY} calls again {back_at - killed_at:.1f} s later")
     assert back_at - killed_at < 10.0
