@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from .scripts import ACQUIRE, ADOPT, REFRESH, RELEASE
 
-__all__ = ["REDIS_ERRORS", "RedisLink", "Refreshed"]
+__all__ = ["REDIS_ERRORS", "RedisLink", "Refreshed", "stop_if_cancelled"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +63,12 @@ class RedisLink:
     def _common(self, limit: int, lease_ms: int, threshold_ms: int, priority: bool) -> list[Any]:
         return [limit, lease_ms, threshold_ms, 1 if priority else 0, self.grant_channel_prefix]
 
-    async def acquire(self, backend: str, token: str, score: int, common: Sequence[Any]) -> tuple[bool, float]:
-        """(granted at once, Redis's clock in ms). Not granted: queued."""
+    async def acquire(
+        self, backend: str, token: str, score: int, common: Sequence[Any], *, may_queue: bool
+    ) -> tuple[bool, float]:
+        """(granted at once, Redis's clock in ms). Not granted: queued (or, when not ``may_queue``, nothing)."""
         async with asyncio.timeout(self.op_timeout):
-            result = await self._acquire(keys=self.keys(backend), args=[*common, token, score])
+            result = await self._acquire(keys=self.keys(backend), args=[*common, token, score, int(may_queue)])
         return bool(int(result[0])), float(result[1])
 
     async def release(self, backend: str, token: str, common: Sequence[Any]) -> bool:
@@ -123,9 +125,11 @@ class RedisLink:
                     await pubsub.subscribe(channel)
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=_LISTEN_WAIT)
+                    stop_if_cancelled()
                     if message is not None and message.get("type") == "message":
                         on_grant(_text(message["data"]))
             except REDIS_ERRORS as exc:
+                stop_if_cancelled()
                 on_error(exc)
             finally:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -137,6 +141,14 @@ class RedisLink:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             async with asyncio.timeout(0.5):
                 await self.client.aclose()
+
+
+def stop_if_cancelled() -> None:
+    """Raise CancelledError if this task was asked to stop. redis.asyncio can swallow a cancellation that lands
+    while it reads (returning nothing, or raising one of its own errors); a loop around it would never stop."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _text(value: Any) -> str:

@@ -31,7 +31,7 @@ from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, LLMPermit, _check_limit
 from concurrency.stats import ClusterBackendStats, ClusterStats, ManagerStats, QueueHeadEntry
 
-from .link import REDIS_ERRORS, RedisLink
+from .link import REDIS_ERRORS, RedisLink, stop_if_cancelled
 
 __all__ = ["ClusterManager", "ClusterPermit"]
 
@@ -210,15 +210,16 @@ class ClusterManager(LLMConcurrencyManager):
         """A permit token from Redis, or None when Redis failed (the caller falls back to the local share)."""
         link = self._ensure_link()
         counts = self._counts[backend]
-        waiting = sum(1 for w in self._waiters.values() if w.backend == backend)
-        if waiting >= self.max_waiters:
-            counts.rejected += 1
-            raise self._busy(backend, "rejected", 0.0)
+        # As in the local manager, the waiter bound and a zero wait only matter when no permit is free.
+        queue_full = sum(1 for w in self._waiters.values() if w.backend == backend) >= self.max_waiters
         wait_limit = self.acquire_timeout if max_wait is None else max_wait
+        may_queue = not queue_full and wait_limit > 0
         waiter = self._new_waiter(backend)
         self._waiters[waiter.token] = waiter
         try:
-            granted, now_ms = await link.acquire(backend, waiter.token, waiter.score, self._common(backend))
+            granted, now_ms = await link.acquire(
+                backend, waiter.token, waiter.score, self._common(backend), may_queue=may_queue
+            )
         except REDIS_ERRORS as exc:
             del self._waiters[waiter.token]
             self._degrade(exc)
@@ -227,6 +228,13 @@ class ClusterManager(LLMConcurrencyManager):
             self._withdraw(waiter)
             raise
         waiter.enqueued_ms = now_ms
+        if not granted and not may_queue:
+            del self._waiters[waiter.token]
+            if queue_full:
+                counts.rejected += 1
+                raise self._busy(backend, "rejected", 0.0)
+            counts.timeout += 1
+            raise self._busy(backend, "timeout", 0.0)
         if not granted:
             remaining = wait_limit - (self._clock() - waiter.started)
             try:
@@ -387,11 +395,14 @@ class ClusterManager(LLMConcurrencyManager):
                 try:
                     await self._refresh(link)
                 except REDIS_ERRORS as exc:
+                    stop_if_cancelled()
                     self._degrade(exc)
+                stop_if_cancelled()
             else:
                 with contextlib.suppress(*REDIS_ERRORS):
                     await link.ping()
                     await self._recover(link)
+                stop_if_cancelled()
             await asyncio.sleep(self.refresh_interval if self.state == "redis" else self.refresh_interval / 2)
 
     async def _refresh(self, link: RedisLink) -> None:

@@ -63,7 +63,8 @@ local function grant()
 end
 """
 
-# KEYS: holders, queue, qtime, wlease. ARGV[6] token, ARGV[7] priority score.
+# KEYS: holders, queue, qtime, wlease. ARGV[6] token, ARGV[7] priority score, ARGV[8] 1 to queue when no permit
+# is free (0: only take a free one).
 # Returns {granted (0/1), now ms (a string: Lua numbers come back as integers), holders, queued}.
 ACQUIRE = (
     _COMMON
@@ -74,6 +75,9 @@ grant()
 if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) < limit then
   redis.call('ZADD', KEYS[1], now + lease, token)
   return {1, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), 0}
+end
+if ARGV[8] == '0' then
+  return {0, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
 end
 redis.call('ZADD', KEYS[2], tonumber(ARGV[7]), token)
 redis.call('ZADD', KEYS[3], now, token)

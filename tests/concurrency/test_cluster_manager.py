@@ -127,7 +127,7 @@ async def test_a_dead_workers_permit_comes_back_when_its_lease_runs_out(managers
     await hold(dead)
     for task in dead._link_tasks:  # the worker stops renewing its lease, as a killed process does
         task.cancel()
-    _, pending = await asyncio.wait(dead._link_tasks, timeout=3.0)
+    _, pending = await asyncio.wait(dead._link_tasks, timeout=10.0)
     assert not pending
     started = time.monotonic()
     async with alive.acquire("b", timeout=8.0):
@@ -202,3 +202,18 @@ async def test_a_redis_outage_falls_back_to_a_share_and_recovers(caplog: pytest.
     finally:
         await m.aclose()
         own.stop()
+
+
+async def test_no_waiting_room_still_takes_a_free_permit_and_refuses_at_once_when_none_is(managers: Managers) -> None:
+    a, b = managers("A", max_waiters=0), managers("B", max_waiters=0)
+    holder = await hold(a)  # the only permit, taken although nobody may wait
+    with pytest.raises(BusyError) as raised:
+        async with b.acquire("b"):
+            pass
+    assert raised.value.reason == "rejected"
+    with pytest.raises(BusyError) as raised:
+        async with managers("C").acquire("b", timeout=0):
+            pass
+    assert raised.value.reason == "timeout"
+    assert b.stats()["cluster"]["backends"]["b"]["waiting"] == 0
+    await holder.__aexit__(None, None, None)
