@@ -220,8 +220,14 @@ class ClusterManager(LLMConcurrencyManager):
             granted, now_ms = await link.acquire(
                 backend, waiter.token, waiter.score, self._common(backend), may_queue=may_queue
             )
+            stop_if_cancelled()
         except REDIS_ERRORS as exc:
             del self._waiters[waiter.token]
+            try:
+                stop_if_cancelled()
+            except asyncio.CancelledError:
+                self._withdraw(waiter)
+                raise
             self._degrade(exc)
             return None
         except asyncio.CancelledError:
