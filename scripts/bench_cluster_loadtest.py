@@ -5,8 +5,7 @@
 For each shape (1 worker, 2 workers) and each repeat: start the workers behind Debian's nginx
 (`scripts/cluster.py`) on this machine's PostgreSQL and Redis, run `manage.py loadtest` against nginx (closed loop,
 distinct questions, the simulator's /metrics sampled), stop them. The simulator runs `--max-num-seqs` sequences;
-the workers' LLM limits add up to it (one worker: all of it; two: half each, since limits are per worker until the
-cluster-wide limit lands). Writes docs/benchmarks/loadtest.md with medians over the repeats, the load average
+the cluster's LLM limit is set once to it (every worker draws its permits from Redis).
 beside each run, the machine, and one plot per shape.
 """
 
@@ -52,8 +51,9 @@ def one_run(
         "REDIS_URL": args.redis,
         "REDIS_PREFIX": f"bench-cluster-{workers}-{repeat}-{os.getpid()}",
         "LLM_BASE_URL": simulator.base_url,
-        "LLM_MAX_CONCURRENT_CHAT": str(max(1, args.max_num_seqs // workers)),
-        "LLM_MAX_CONCURRENT_DEFAULT": str(max(1, args.max_num_seqs // workers)),
+        # The cluster's limit, set once: with REDIS_URL every worker draws its permits from it in Redis.
+        "LLM_MAX_CONCURRENT_CHAT": str(args.max_num_seqs),
+        "LLM_MAX_CONCURRENT_DEFAULT": str(args.max_num_seqs),
         "LLM_MAX_WAITERS": "1000",
         "RAG_SEMANTIC_CACHE_ENABLED": "false",
         "RAG_RATE_LIMIT_PER_MINUTE": "0",
@@ -157,7 +157,7 @@ def main() -> int:
         f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}. Workers behind Debian's nginx "
         "(`scripts/cluster.py`), PostgreSQL, Redis and the LLM simulator on the same machine; each worker's LLM "
-        "limit is the simulator's `--max-num-seqs` divided by the number of workers (limits are per worker). "
+        "limit is the cluster's, set once to the simulator's `--max-num-seqs` (permits drawn from Redis). "
         f"`manage.py loadtest`: closed loop, distinct questions (no cache hits), {args.duration:g} s per run, "
         f"simulator `--output-tokens {args.output_tokens} --ttft-ms 50`. Medians over {args.repeats} runs, the "
         "two shapes alternating; the load average (1 min) at the start of each run is listed.",
