@@ -5,8 +5,9 @@
 For each shape (1 worker, 2 workers) and each repeat: start the workers behind Debian's nginx
 (`scripts/cluster.py`) on this machine's PostgreSQL and Redis, run `manage.py loadtest` against nginx (closed loop,
 distinct questions, the simulator's /metrics sampled), stop them. The simulator runs `--max-num-seqs` sequences;
-the cluster's LLM limit is set once to it (every worker draws its permits from Redis).
-beside each run, the machine, and one plot per shape.
+the cluster's LLM limit is set once to it (every worker draws its permits from Redis). Writes
+docs/benchmarks/loadtest.md with medians over the repeats, the load average beside each run, the machine, and one
+plot per shape.
 """
 
 from __future__ import annotations
