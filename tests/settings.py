@@ -21,6 +21,7 @@ for _name in ("QDRANT_URL", "LLM_BASE_URL", "EMBEDDING_BASE_URL", "LANGFUSE_PUBL
     os.environ[_name] = ""
 # Tests ask many questions from one client; the rate limiter has tests of its own.
 os.environ["RAG_RATE_LIMIT_PER_MINUTE"] = "0"
+os.environ["RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE"] = "0"
 # The session fixture indexes the store before anything opens it; importing the ASGI app must not take it.
 os.environ["RAG_PRELOAD"] = "false"
 # Tests ask the same questions many times; the semantic cache has tests of its own that switch it on.

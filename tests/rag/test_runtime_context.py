@@ -65,11 +65,12 @@ async def test_each_llm_call_sees_its_own_runs_request_context_and_the_finished_
         assert ctx is not None, "an LLM call ran outside any request context"
         by_request[ctx.request_id].append(completed)
         assert contexts.setdefault(ctx.request_id, ctx) is ctx, "one context per run, shared by all its calls"
-    # The plan, the answer and the summary: each call starts with the calls before it counted as finished.
-    assert dict(by_request) == {run.state.request_id: [0, 1, 2] for run in runs}
+    # The plan and the answer (the summary is written after the run, by the chat): each call starts with the calls
+    # before it counted as finished.
+    assert dict(by_request) == {run.state.request_id: [0, 1] for run in runs}
     for run in runs:
         ctx = contexts[run.state.request_id]
-        assert ctx.completed_calls == 3
+        assert ctx.completed_calls == 2
         assert ctx.arrival == run.started
     # Unregistered when the run ends, and never the caller's context.
     assert not [ctx for ctx in live_request_contexts() if ctx in contexts.values()]
@@ -89,5 +90,5 @@ async def test_a_failed_attempt_does_not_count_as_a_finished_call(
     run = await make_runtime().start(AskRequest(question=QUESTIONS[0]))
     assert check_stream(await run_to_the_end(run))["channel"] == "meta_summary"
 
-    assert [completed for _backend, _ctx, completed in seen.calls] == [0, 0, 1, 2]
+    assert [completed for _backend, _ctx, completed in seen.calls] == [0, 0, 1]
     assert {ctx.request_id for _backend, ctx, _completed in seen.calls if ctx is not None} == {run.state.request_id}

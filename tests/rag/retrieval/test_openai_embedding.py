@@ -86,6 +86,8 @@ def configured(
     settings.LLM_RETRY_MAX_ATTEMPTS = 2
     settings.LLM_RETRY_BASE_SECONDS = 0.01
     settings.LLM_RETRY_MAX_SECONDS = 0.05
+    # The gate under test is this process's manager; with Redis the cluster's (tested on its own) would replace it.
+    settings.LLM_CLUSTER_LIMITS = False
     return tmp_path
 
 
