@@ -25,18 +25,6 @@ __all__ = [
     "workers_summary",
 ]
 
-# Summed over workers; the wait percentiles are not additive, so the summary keeps their maximum.
-_SUMMED = (
-    "limit",
-    "available",
-    "in_progress",
-    "waiting",
-    "total_acquired",
-    "total_released",
-    "total_timeout",
-    "total_rejected",
-)
-_MAXED = ("wait_ms_p50", "wait_ms_p95", "wait_ms_p99", "max_wait_ms")
 # The keys of a backend in the seed's API (scripts such as `jq .chat.in_progress` read them at the top level).
 SEED_BACKEND_KEYS = (
     "limit",
@@ -47,6 +35,9 @@ SEED_BACKEND_KEYS = (
     "total_released",
     "total_timeout",
 )
+# Summed over workers; the wait percentiles are not additive, so the summary keeps their maximum.
+_SUMMED = (*SEED_BACKEND_KEYS, "total_rejected")
+_MAXED = ("wait_ms_p50", "wait_ms_p95", "wait_ms_p99", "max_wait_ms")
 
 
 def concurrency_settings_defaults() -> dict[str, Any]:

@@ -111,10 +111,12 @@ class RedisStreamStore:
         me = worker_id()
         if producer == me:
             return False
-        alive = await client.exists(worker_key(self.prefix, producer), worker_key(self.prefix, me))
-        if alive != 1:
-            return False  # both keys (the producer lives) or neither (no presence published here: cannot tell)
-        return not await client.exists(worker_key(self.prefix, producer))
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.exists(worker_key(self.prefix, producer))
+            pipe.exists(worker_key(self.prefix, me))
+            producer_alive, me_alive = await pipe.execute()
+        # Neither key: no presence is published here, so nothing can be told.
+        return bool(me_alive) and not producer_alive
 
     async def last_event(self, request_id: str) -> Event | None:
         raw = await self._redis().lindex(self._keys(request_id)[0], -1)
