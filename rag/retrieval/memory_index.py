@@ -16,6 +16,7 @@ loaded only where a search mode uses it: with the default lexical embedder and B
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ import numpy as np
 from rag.retrieval.sparse import SparseVector
 
 DenseLoader = Callable[[], dict[str, Sequence[float] | np.ndarray]]
+# a payload's doc_id as JSON writes it (a quote inside a string value is escaped, so this never matches there)
+_DOC_ID_RE = re.compile(r'"doc_id":\s*("(?:[^"\\]|\\.)*")')
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,13 @@ class Payloads:
 
     def __getitem__(self, row: int) -> dict[str, Any]:
         return dict(json.loads(self._texts[row]))
+
+    def doc_id(self, row: int) -> str:
+        """The row's doc_id, read without decoding the whole payload."""
+        text = self._texts[row]
+        match = _DOC_ID_RE.search(text)
+        found = json.loads(match.group(1)) if match else json.loads(text).get("doc_id", "")
+        return str(found or "")
 
 
 class _Codes:
@@ -98,6 +108,7 @@ class MemoryIndex:
         self._dense: np.ndarray | None = self._matrix(given) if given else None
         self._dense_loader = None if self._dense is not None else dense
         self._dense_lock = threading.Lock()
+        self._documents: dict[str, list[int]] | None = None  # doc_id -> rows, made when first asked
 
     def _build_postings(self, records: Sequence[MemoryRecord]) -> None:
         # every (token, row, weight) triple sorted by token: a token's postings are one slice of two arrays. Token
@@ -126,6 +137,17 @@ class MemoryIndex:
     def postings(self) -> Postings:
         """The inverted index, to be stored beside the build and given back to a `MemoryIndex` of the same points."""
         return Postings.pack(self._tokens, self._starts, self._counts, self._rows, self._weights)
+
+    def document_rows(self, doc_id: str) -> list[int]:
+        """The rows of one document's points, in index order. The map is made on the first call (one pass over
+        the payloads' text) and kept: the index never changes."""
+        documents = self._documents
+        if documents is None:
+            documents = {}
+            for row in range(len(self.payloads)):
+                documents.setdefault(self.payloads.doc_id(row), []).append(row)
+            self._documents = documents  # two threads may both build it: the same map, and a plain assignment
+        return documents.get(doc_id, [])
 
     def mask(self, *, language: str | None = None, kind: str | None = None) -> np.ndarray | None:
         """Rows passing the filters, or None for no filter."""

@@ -104,6 +104,15 @@ class StoreRetriever:
         """The blocking search, for threads and commands (never call it on the event loop)."""
         return self._search(query, dense=None, limit=limit, language=language, kind=kind)
 
+    async def document_chunks(self, doc_id: str, *, limit: int) -> list[RetrievedChunk]:
+        """One document's chunks in the document's order, at most `limit` (a procedure written as sections is
+        given whole from them); [] when the index has no such document."""
+        return await asyncio.to_thread(self.document_chunks_sync, doc_id, limit=limit)
+
+    def document_chunks_sync(self, doc_id: str, *, limit: int) -> list[RetrievedChunk]:
+        """The blocking `document_chunks`, for threads and commands (never call it on the event loop)."""
+        return [to_chunk(hit) for hit in self.store.document_points(doc_id, limit=limit)]
+
     def _search(
         self, query: str, *, dense: list[float] | None, limit: int, language: str | None, kind: str | None
     ) -> list[RetrievedChunk]:

@@ -437,6 +437,52 @@ class VectorStore:
             return self._search_memory(query_dense, query_sparse, limit, language, kind, mode, settings)
         return self._search_qdrant(query_dense, query_sparse, limit, language, kind, mode, settings)
 
+    def document_points(self, doc_id: str, *, limit: int) -> list[StoreHit]:
+        """The live index's points of one document in the document's order (their `ordinal`), at most `limit`
+        (score 0: nothing was searched); [] when there is no index or no such document."""
+        if limit < 1 or not doc_id:
+            return []
+        if self.use_memory:
+            index = self._current_memory()
+            if index is None:
+                return []
+            hits = [StoreHit(index.ids[row], 0.0, index.payloads[row]) for row in index.document_rows(doc_id)]
+        else:
+            hits = self._document_points_qdrant(doc_id, limit)
+        hits.sort(key=lambda hit: _ordinal(hit.payload))
+        return hits[:limit]
+
+    def _document_points_qdrant(self, doc_id: str, limit: int) -> list[StoreHit]:
+        # A payload filter on doc_id (a keyword index on a server) and on the chunk's place in the document: a
+        # document's ordinals run from 0, so its first `limit` chunks are those below `limit`. Scroll pages by
+        # point id, so they are sorted afterwards.
+        flt = models.Filter(
+            must=[
+                models.FieldCondition(key="doc_id", match=models.MatchValue(value=doc_id)),
+                models.FieldCondition(key="ordinal", range=models.Range(lt=limit)),
+            ]
+        )
+        hits: list[StoreHit] = []
+        offset: Any = None
+        try:
+            while len(hits) < limit:
+                records, offset = self.client.scroll(
+                    self.alias,
+                    scroll_filter=flt,
+                    limit=min(limit - len(hits), 256),
+                    offset=offset,
+                    with_payload=True,
+                    with_vectors=False,
+                )
+                hits.extend(StoreHit(str(r.id), 0.0, dict(r.payload or {})) for r in records)
+                if offset is None:
+                    break
+        except (ValueError, UnexpectedResponse) as exc:
+            if is_not_found(exc):
+                return []  # no alias yet
+            raise
+        return hits
+
     # memory engine
 
     def _search_memory(
@@ -580,6 +626,16 @@ def open_store_from_settings(*, engine: Engine = "auto") -> VectorStore:
             settings.QDRANT_COLLECTION, url=settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or "", engine=engine
         )
     return VectorStore.open_database(settings.QDRANT_COLLECTION)
+
+
+def _ordinal(payload: Mapping[str, Any]) -> tuple[int, str]:
+    """A chunk's place in its document: the indexer's ordinal, else the number its chunk id ends with."""
+    ordinal = payload.get("ordinal")
+    chunk_id = str(payload.get("chunk_id", ""))
+    if not isinstance(ordinal, int):
+        tail = chunk_id.rsplit("#", 1)[-1]
+        ordinal = int(tail) if tail.isdigit() else 0
+    return ordinal, chunk_id
 
 
 def _hit(point: models.ScoredPoint) -> StoreHit:
