@@ -3,6 +3,10 @@
 RRF uses ranks, not scores, so lists from different queries (and, later, different retrievers) combine without
 calibration; a chunk found by several queries rises. Each chunk keeps the retriever's own best score, which is
 what `retrieval_checker` judges: an RRF score says how the lists agree, not how relevant the top chunk is.
+
+Chunks of an article titled (or a section headed) with the user's question, in other words, go first
+(`rag.offline.asked`): the question a help article is named after is the one it answers, however many words
+another article shares with the question.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rag.deps import PipelineDeps, Retriever
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
+from rag.offline.asked import asks_the_question
 from rag.offline.planner_rules import FORM_INTENTS
 from rag.offline.terms import text_terms
 from rag.state import PipelineState, RetrievedChunk
@@ -51,7 +57,8 @@ class ToolExecutor:
         started = time.perf_counter()
         results = await asyncio.gather(*(self._search(q, language=language, kind=kind) for q in queries))
         ranked = [hits for hits in results if hits is not None]
-        state.retrieved = fuse(ranked, top_k=self._top_k)
+        question = state.normalized_question
+        state.retrieved = fuse(ranked, top_k=self._top_k, lead=lambda chunk: asks_the_question(question, chunk))
         if TOOL not in state.tools_used:
             state.tools_used.append(TOOL)
         await writer.emit(
@@ -89,8 +96,15 @@ def _corpus_language(language: str) -> str | None:
     return EN if language == EN else None
 
 
-def fuse(ranked_lists: list[list[RetrievedChunk]], *, top_k: int, k: int = RRF_K) -> list[RetrievedChunk]:
-    """Reciprocal Rank Fusion over ranked lists, deduplicated by chunk id and near-identical text."""
+def fuse(
+    ranked_lists: list[list[RetrievedChunk]],
+    *,
+    top_k: int,
+    k: int = RRF_K,
+    lead: Callable[[RetrievedChunk], bool] | None = None,
+) -> list[RetrievedChunk]:
+    """Reciprocal Rank Fusion over ranked lists, deduplicated by chunk id and near-identical text; the chunks
+    `lead` picks (among all fused, not only the top k) go first, each group in fused order."""
     fused: dict[str, float] = {}
     best: dict[str, RetrievedChunk] = {}
     for hits in ranked_lists:
@@ -100,6 +114,8 @@ def fuse(ranked_lists: list[list[RetrievedChunk]], *, top_k: int, k: int = RRF_K
             if kept is None or chunk.score > kept.score:
                 best[chunk.chunk_id] = chunk
     order = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
+    if lead is not None:
+        order.sort(key=lambda chunk_id: not lead(best[chunk_id]))  # stable: fused order within each group
     out: list[RetrievedChunk] = []
     terms: dict[str, set[str]] = {}  # filled lazily: only chunks of similar length can be near-duplicates
     for chunk_id in order:

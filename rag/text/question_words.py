@@ -30,3 +30,29 @@ ZH_QUESTION_WORDS_RE = re.compile(
 def without_question_words(text: str) -> str:
     """The text with the Chinese question scaffolding replaced by spaces (so the words around stay apart)."""
     return ZH_QUESTION_WORDS_RE.sub(" ", text)
+
+
+# What a question asks for, by its interrogative: help articles are titled and sectioned with the questions they
+# answer ("研習時數何時上傳", "How do I reset my password?"), and two questions of one kind about the same words
+# ask the same thing however they are put ("要多久才會上傳" and "何時上傳" both ask for a time). Longest first
+# within a kind; the kinds are tried in this order, so "how long" is a time before "how" is a manner.
+QUESTION_KINDS: tuple[tuple[str, str], ...] = (
+    ("time", r"多久|多長時間|多长时间|何時|何时|什麼時候|什么时候|甚麼時候|幾時|几时|\bhow (?:long|soon)\b|\bwhen\b"),
+    ("quantity", r"多少|\bhow (?:many|much)\b"),
+    ("reason", r"為什麼|为什么|為何|为何|\bwhy\b"),
+    ("place", r"哪裡|哪里|在哪|何處|何处|\bwhere\b"),
+    ("person", r"誰|谁|哪位|\bwho\b"),
+    ("manner", r"如何|怎麼|怎么|怎樣|怎样|\bhow\b"),
+    ("yes_no", r"是否|能否|可否|可不可以|能不能|有沒有|有没有|嗎|吗|^(?:is|are|can|do|does|will|should)\b"),
+)
+_KIND_RES = tuple((kind, re.compile(pattern, re.IGNORECASE)) for kind, pattern in QUESTION_KINDS)
+
+
+def question_kind(text: str) -> str:
+    """What the text asks for ("time", "quantity", "reason", "place", "person", "manner", "yes_no"), or "" when it
+    asks nothing ("重設密碼步驟", "Reporting schedule")."""
+    stripped = text.strip()
+    for kind, pattern in _KIND_RES:
+        if pattern.search(stripped):
+            return kind
+    return ""

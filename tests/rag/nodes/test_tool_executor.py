@@ -102,3 +102,9 @@ async def test_fusion_in_the_node_uses_static_lists():
     state = make_state(queries=["q1", "q2"])
     await executor(retriever).run(state, make_writer()[0])
     assert [c.form_id for c in state.retrieved] == ["F-103", "F-101"]
+
+
+def test_chunks_picked_to_lead_go_first_even_from_below_the_cut():
+    a, b, c = chunk("a"), chunk("b"), chunk("c")
+    fused = fuse([[a, b, c]], top_k=2, lead=lambda kept: kept.chunk_id == "c")
+    assert [kept.chunk_id for kept in fused] == ["c", "a"]
