@@ -1,8 +1,10 @@
 """response_synth: compose the answer and stream it; the one node on the normal path that writes `answer` deltas.
 
 Offline, the answer is extractive: sentences of the retrieved articles that share most words with the question,
-each with its citation, then the numbered sources. Forms get download links (and attachments), exports a CSV
-link, and anything unanswerable an honest reply in the question's language with the way to a human.
+each with its citation, then the numbered sources. A how-to question whose best passage is one step of a
+procedure written as sections gets every step: the node reads that article's chunks, in order, from the
+retriever. Forms get download links (and attachments), exports a CSV link, and anything unanswerable an honest
+reply in the question's language with the way to a human.
 
 With an LLM, answers from retrieved material are generated and streamed token by token (unified-agent-system
 with the numbered sources; `reasoning` deltas on their own channel), and so are the follow-up translations and
@@ -14,10 +16,11 @@ back to the offline summary if that call fails: the answer is already out. Every
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
@@ -32,7 +35,7 @@ from rag.offline import answers, messages
 from rag.offline.followup import ELABORATE, SHORTEN, SUMMARIZE
 from rag.offline.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
 from rag.offline.transforms import split_answer, transform_previous_answer
-from rag.state import Attachment, PipelineState, Usage
+from rag.state import Attachment, PipelineState, RetrievedChunk, Usage
 from rag.stats import AnswerStats
 from rag.text.language import OTHER
 
@@ -65,6 +68,16 @@ _INSTRUCTION_SENTENCES = {
 }
 _SUMMARY_MAX_CHARS = 1000
 _SUMMARY_ANSWER_CHARS = 3000
+# Chunks of one article read to give a procedure whole: far more steps than a chat answer can show (the demo
+# help centre's longest article has 8 chunks), and a bound on what one question reads.
+MAX_DOCUMENT_CHUNKS = 50
+
+
+@runtime_checkable
+class DocumentReader(Protocol):
+    """A retriever that also gives one document's chunks in order (`rag.retrieval.retriever.StoreRetriever`)."""
+
+    async def document_chunks(self, doc_id: str, *, limit: int) -> list[RetrievedChunk]: ...
 
 
 class ResponseSynth:
@@ -90,6 +103,8 @@ class ResponseSynth:
         summary_timeout: float = 10.0,
         degraded_answers: bool = True,
         stats: AnswerStats | None = None,
+        documents: DocumentReader | None = None,
+        document_timeout: float = 5.0,
     ) -> None:
         self._chunk_chars = stream_chunk_chars
         self._forms_base_url = forms_base_url
@@ -107,6 +122,8 @@ class ResponseSynth:
         self._summary_timeout = summary_timeout
         self._degraded = degraded_answers
         self._stats = stats or AnswerStats()
+        self._documents = documents
+        self._document_timeout = document_timeout
 
     async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
         task = self._llm_task(state) if self._llm is not None and not state.answer else None
@@ -114,7 +131,7 @@ class ResponseSynth:
             await self._generate(state, writer, task)
         else:
             if not state.answer:
-                self._set(state, self._compose(state))
+                self._set(state, await self._compose(state))
             # Otherwise already written (a follow-up transform): only the streaming is left to do.
             await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
         # The offline summary at once; the model's is written after the terminal event (`summary_job`), so the
@@ -229,7 +246,7 @@ class ResponseSynth:
         await writer.emit(
             self.name, "status", "generate", answer_source="degraded", fallback_reason=exc.code, degraded=True
         )
-        composed = self._compose(state)
+        composed = await self._compose(state)
         notice = messages.text("degraded", state.language)
         self._set(state, answers.ComposedAnswer(f"{notice}\n\n{composed.text}", composed.sources, composed.attachments))
         state.degraded = True
@@ -271,7 +288,7 @@ class ResponseSynth:
             )
             self._set(state, answers.ComposedAnswer(result.text, result.sources))
         else:
-            self._set(state, self._compose(state))
+            self._set(state, await self._compose(state))
         await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
 
     # ------------------------------------------------------------------ the running summary
@@ -305,7 +322,22 @@ class ResponseSynth:
         self._stats.summary(fallback=not summary)
         return summary or offline
 
-    def _compose(self, state: PipelineState) -> answers.ComposedAnswer:
+    async def _document(self, doc_id: str) -> list[RetrievedChunk]:
+        """The article's chunks in order; [] when there is no reader or it fails (the answer then uses the chunks
+        retrieved)."""
+        if self._documents is None or not doc_id:
+            return []
+        try:
+            return await asyncio.wait_for(
+                self._documents.document_chunks(doc_id, limit=MAX_DOCUMENT_CHUNKS), self._document_timeout
+            )
+        except TimeoutError:
+            logger.warning("reading a document's chunks timed out after %.1f s", self._document_timeout)
+        except Exception:
+            logger.exception("reading a document's chunks failed; answering from the retrieved ones")
+        return []
+
+    async def _compose(self, state: PipelineState) -> answers.ComposedAnswer:
         question = state.normalized_question
         language = state.language
         contact = self._contact[messages.reply_language(language)]
@@ -328,12 +360,14 @@ class ResponseSynth:
             # other queries when the question itself was searched first.
             searched = [q for q in dict.fromkeys([state.search_query, *state.queries]) if q and q != question]
             wanted = " ".join([question, *searched])
+            document = await self._document(answers.steps_to_fetch(wanted, chunks, language=language))
             composed = answers.extractive_answer(
                 wanted,
                 chunks,
                 language=language,
                 max_sentences=self._max_sentences + extra,
                 min_sentences=self._min_sentences,
+                document=document,
             )
             if composed is not None:
                 return composed
@@ -369,6 +403,8 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> ResponseSynth:
         summary_timeout=params["summary_timeout"],
         degraded_answers=config.degraded_answers,
         stats=deps.answer_stats,
+        documents=deps.retriever if isinstance(deps.retriever, DocumentReader) else None,
+        document_timeout=config.retrieval_timeout,
     )
 
 

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from rag.offline import messages
 from rag.offline.asked import asks_the_question
 from rag.offline.passages import Block, Sentence, announces_list, answer_sentences
-from rag.offline.procedures import Procedure, find_procedure
+from rag.offline.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
 from rag.offline.terms import query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source, passage_snippet
 from rag.text.question_words import question_kind
@@ -108,6 +108,12 @@ def answer_articles(
     return [c for c in articles if asks_the_question(question, c)] or articles
 
 
+def steps_to_fetch(question: str, chunks: list[RetrievedChunk], *, language: str, max_chunks: int = 5) -> str:
+    """The doc_id of the article whose chunks the answer needs whole (a procedure written as step sections, of
+    which the best passage is one), or ""."""
+    return step_sections_doc(question, answer_articles(question, chunks, language=language, max_chunks=max_chunks))
+
+
 def extractive_answer(
     question: str,
     chunks: list[RetrievedChunk],
@@ -116,10 +122,19 @@ def extractive_answer(
     max_sentences: int = 5,
     min_sentences: int = 2,
     max_chunks: int = 5,
+    document: list[RetrievedChunk] | None = None,
 ) -> ComposedAnswer | None:
     """The sentences of the top chunks that share most terms with the question, in reading order, each cited;
-    None when no chunk has a usable sentence."""
+    None when no chunk has a usable sentence. A procedural question whose best passage is a step of a procedure
+    written as sections gets every step, from `document` (that article's chunks, see `steps_to_fetch`) or, without
+    it, from the chunks retrieved."""
     articles = answer_articles(question, chunks, language=language, max_chunks=max_chunks)
+    steps_doc = step_sections_doc(question, articles)
+    if steps_doc:
+        sections = [c for c in document or () if c.doc_id == steps_doc] or [c for c in chunks if c.doc_id == steps_doc]
+        steps = step_sections(sections)
+        if len(steps) > 1:
+            return steps_answer(steps, language)
     procedure = find_procedure(question, articles)
     if procedure is not None:
         return procedure_answer(procedure, language)
@@ -238,6 +253,18 @@ def procedure_answer(procedure: Procedure, language: str) -> ComposedAnswer:
             texts[0] = f"{label}{colon}\n{texts[0]}"
         parts.extend(texts)
     body = "\n\n".join(part for part in parts if part.strip())
+    return ComposedAnswer(f"{body}\n\n{sources_block(book.sources, language)}", book.sources)
+
+
+def steps_answer(steps: tuple[StepSection, ...], language: str) -> ComposedAnswer:
+    """Every step of a procedure written as sections, in order: its heading in bold, then what it says."""
+    book = _SourceBook()
+    parts: list[str] = []
+    for step in steps:
+        ref = book.ref(step.chunk)
+        texts = [_block_text(block, ref, language) for block in step.blocks]
+        parts.append("\n".join([f"**{step.label}**", *(text for text in texts if text.strip())]))
+    body = "\n\n".join(parts)
     return ComposedAnswer(f"{body}\n\n{sources_block(book.sources, language)}", book.sources)
 
 

@@ -1,5 +1,9 @@
 """ "How do I ...?" questions: the whole ordered procedure of the article that answers them, with its conditions.
 
+A procedure is written either as one numbered list or as sections, one per step ("第一步：…", "Step 2: …"), each
+its own chunk. Retrieval finds some of those chunks, never reliably all: when the best passage is such a step, the
+answer step fetches the article's chunks (`step_sections_doc` says which article) and gives every step, in order.
+
 Sentence picking (answers.extractive_answer) keeps the sentences that share most words with the question, which
 for "如何重設密碼？" are steps 2 and 4 and a note: a reader needs every step, in order, and what qualifies them (the
 link's validity inside a step, the password rules under it). So a procedural question whose best-matching
@@ -31,6 +35,10 @@ _MIN_OVERLAP = 0.5  # of the question's terms found in the chunk (title and head
 _RANK_PENALTY = 0.2
 _SEARCH_DEPTH = 3  # chunks, best first, that may hold the procedure
 _TRAILING_BLOCKS = 3
+# A heading that numbers a step: "第一步：…", "步驟 2", "Step 3: …".
+_STEP_HEADING_RE = re.compile(
+    r"^\W*(?:第\s*[一二三四五六七八九十百\d]+\s*步|步[驟骤]\s*[一二三四五六七八九十百\d]+|step\s*\d+\b)", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +110,52 @@ def _is_table(block: Block) -> bool:
 def _ordinal(chunk_id: str) -> int:
     tail = chunk_id.rsplit("#", 1)[-1]
     return int(tail) if tail.isdigit() else 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepSection:
+    """One step of a procedure written as sections: its heading and what it says (paragraphs and lists)."""
+
+    chunk: RetrievedChunk
+    label: str
+    blocks: tuple[Block, ...]
+
+
+def is_step_heading(text: str) -> bool:
+    return bool(_STEP_HEADING_RE.match(text))
+
+
+def step_sections_doc(question: str, chunks: list[RetrievedChunk]) -> str:
+    """The doc_id of the article whose step sections answer a procedural question: the best chunk's, when it is
+    (or holds) a step section; "" otherwise."""
+    if not chunks or not is_procedural(question):
+        return ""
+    return chunks[0].doc_id if _chunk_steps(chunks[0]) else ""
+
+
+def step_sections(chunks: list[RetrievedChunk]) -> tuple[StepSection, ...]:
+    """The step sections of one document's chunks, in the document's order; a step a merged chunk holds among
+    other sections is found by its heading line."""
+    steps: list[StepSection] = []
+    for chunk in sorted(chunks, key=lambda c: _ordinal(c.chunk_id)):
+        for label, blocks in _chunk_steps(chunk):
+            if steps and steps[-1].label == label:  # a step whose text goes on in the next chunk
+                steps[-1] = StepSection(steps[-1].chunk, label, steps[-1].blocks + blocks)
+            else:
+                steps.append(StepSection(chunk, label, blocks))
+    return tuple(steps)
+
+
+def _chunk_steps(chunk: RetrievedChunk) -> list[tuple[str, tuple[Block, ...]]]:
+    """(step heading, its blocks) of the steps in one chunk, in order."""
+    own = chunk.heading.rsplit(_SEPARATOR, 1)[-1].strip() if chunk.heading else ""
+    blocks = passage_blocks(chunk.text, title=chunk.title, heading=chunk.heading)
+    # Blocks above every heading line belong to the chunk's own section, unless its heading line is in the text:
+    # then they are what comes before that section (an article's opening, merged with its first step).
+    own_line_in_text = any(block.section == own for block in blocks)
+    grouped: dict[str, list[Block]] = {}
+    for block in blocks:
+        section = block.section or ("" if own_line_in_text else own)
+        if section and is_step_heading(section) and not _is_table(block):
+            grouped.setdefault(section, []).append(block)
+    return [(label, tuple(found)) for label, found in grouped.items()]
