@@ -224,7 +224,7 @@ class ResponseSynth:
         self, state: PipelineState, task: str
     ) -> tuple[list[dict[str, str]], Any, dict[str, Any]]:
         numbered = number_sources(
-            state.retrieved,
+            await self._with_steps(state) if task == ANSWER else state.retrieved,
             forms_base_url=self._forms_base_url,
             max_sources=self._max_sources,
             max_chars=self._source_chars,
@@ -336,6 +336,18 @@ class ResponseSynth:
         except Exception:
             logger.exception("reading a document's chunks failed; answering from the retrieved ones")
         return []
+
+    async def _with_steps(self, state: PipelineState) -> list[RetrievedChunk]:
+        """The retrieved chunks, with a procedure written as step sections read whole from its article (in the
+        place of its first chunk, each step under its heading) when the best passage is one of its steps."""
+        retrieved = state.retrieved
+        doc_id = answers.steps_to_fetch(state.normalized_question, retrieved, language=state.language)
+        document = await self._document(doc_id)
+        if not document:
+            return retrieved
+        first = next((i for i, chunk in enumerate(retrieved) if chunk.doc_id == doc_id), 0)
+        others = [chunk for chunk in retrieved if chunk.doc_id != doc_id]
+        return [*others[:first], *(answers.with_heading(chunk) for chunk in document), *others[first:]]
 
     async def _compose(self, state: PipelineState) -> answers.ComposedAnswer:
         question = state.normalized_question

@@ -4,6 +4,7 @@ honest "not found" / "out of scope" replies. Pure functions; `response_synth` st
 
 from __future__ import annotations
 
+import dataclasses
 import mimetypes
 import re
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from rag.offline.asked import asks_the_question
 from rag.offline.passages import Block, Sentence, announces_list, answer_sentences
 from rag.offline.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
 from rag.offline.terms import query_terms, split_sentences, text_terms
+from rag.retrieval.chunking import ChunkingConfig
 from rag.state import Attachment, RetrievedChunk, Source, passage_snippet
 from rag.text.question_words import question_kind
 
@@ -31,6 +33,7 @@ _RELATIVE_FLOOR = 0.4
 _RANK_PENALTY = 0.2
 _CROSS_REFERENCE_RE = re.compile(r"(?:see|refer to|請參考|请参考|詳見|详见|參見|参见|請見|请见)\b", re.IGNORECASE)
 _SUMMARY_ANSWER_CHARS = 120
+_HEADING_SEPARATOR = ChunkingConfig().heading_separator
 # An amount: a figure (02:00, 3 個工作天, 20 hours), or a Chinese numeral with a measure word (三個月, 十二小時).
 _AMOUNT_RE = re.compile(
     r"[0-9\uff10-\uff19]|[零〇一二兩两三四五六七八九十百千萬万]+\s*(?:個|个|年|月|日|天|週|周|星期|小時|小时|分|秒|歲|岁|世紀|世纪)"
@@ -254,6 +257,15 @@ def procedure_answer(procedure: Procedure, language: str) -> ComposedAnswer:
         parts.extend(texts)
     body = "\n\n".join(part for part in parts if part.strip())
     return ComposedAnswer(f"{body}\n\n{sources_block(book.sources, language)}", book.sources)
+
+
+def with_heading(chunk: RetrievedChunk) -> RetrievedChunk:
+    """The chunk with its own heading as the first line of its text, when the text does not say it already (a
+    model reading the chunk's text alone would not know it is "第二步")."""
+    heading = chunk.heading.rsplit(_HEADING_SEPARATOR, 1)[-1].strip() if chunk.heading else ""
+    if not heading or heading in chunk.text:
+        return chunk
+    return dataclasses.replace(chunk, text=f"{heading}\n{chunk.text}")
 
 
 def steps_answer(steps: tuple[StepSection, ...], language: str) -> ComposedAnswer:

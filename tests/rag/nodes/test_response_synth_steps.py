@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from concurrency.simulator.testing import SimulatorProcess
+from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.response_synth import ResponseSynth
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import build_index
@@ -17,6 +19,7 @@ from rag.retrieval.markdown import load_markdown_file
 from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.store import VectorStore
 from rag.state import RetrievedChunk
+from tests.rag.llm.conftest import BackendFactory
 from tests.rag.nodes.support import answer_text, drain, make_state, make_writer
 
 DEMO = Path(__file__).resolve().parents[3] / "rag" / "corpus" / "demo"
@@ -47,7 +50,7 @@ class HangingReader:
         return []
 
 
-def synth(reader: object, *, timeout: float = 5.0) -> ResponseSynth:
+def synth(reader: object, *, timeout: float = 5.0, **llm: object) -> ResponseSynth:
     return ResponseSynth(
         stream_chunk_chars=50,
         forms_base_url="/forms/",
@@ -58,11 +61,13 @@ def synth(reader: object, *, timeout: float = 5.0) -> ResponseSynth:
         contact_en="call 02-0000",
         documents=reader,  # type: ignore[arg-type]  # the doubles fit DocumentReader structurally
         document_timeout=timeout,
+        **llm,  # type: ignore[arg-type]
     )
 
 
 async def answer(node: ResponseSynth, retrieved: list[RetrievedChunk]) -> str:
     state = make_state(
+        QUESTION,
         normalized_question=QUESTION,
         language="zh-hant",
         intent="simple_faq",
@@ -98,3 +103,16 @@ async def test_without_the_article_the_answer_uses_what_was_retrieved(
     # one step retrieved is no procedure: the sentences retrieved, and no error
     assert step_labels(text) == []
     assert "/help/zh/hours-missing" in text
+
+
+async def test_the_model_is_given_every_step_in_order(
+    retriever: StoreRetriever, make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    retrieved = await retriever.search(QUESTION, limit=5, language="zh-hant")
+    await answer(synth(retriever, llm=make_backend(), prompts=prompts), retrieved)
+    system = (await sim.arequests())[0]["body"]["messages"][0]["content"]
+    # each step under its heading, in order, in the one numbered source of the article
+    positions = [system.index(step) for step in STEPS]
+    assert positions == sorted(positions)
+    assert system.index(STEPS[1]) < system.index("時數會在完成後 3 個工作天內上傳") < system.index(STEPS[2])
+    assert system.count("研習時數沒有出現 —") == 1
