@@ -20,7 +20,7 @@ from typing import Any
 from rag.deps import PipelineDeps, Retriever
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
-from rag.offline.asked import asks_the_question
+from rag.offline.asked import titles_asking
 from rag.offline.planner_rules import FORM_INTENTS
 from rag.offline.terms import text_terms
 from rag.state import PipelineState, RetrievedChunk
@@ -57,8 +57,7 @@ class ToolExecutor:
         started = time.perf_counter()
         results = await asyncio.gather(*(self._search(q, language=language, kind=kind) for q in queries))
         ranked = [hits for hits in results if hits is not None]
-        question = state.normalized_question
-        state.retrieved = fuse(ranked, top_k=self._top_k, lead=lambda chunk: asks_the_question(question, chunk))
+        state.retrieved = fuse(ranked, top_k=self._top_k, lead=titles_asking(state.normalized_question))
         if TOOL not in state.tools_used:
             state.tools_used.append(TOOL)
         await writer.emit(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from rag.offline import messages
-from rag.offline.asked import asks_the_question
+from rag.offline.asked import titles_asking
 from rag.offline.passages import Block, Sentence, announces_list, answer_sentences
 from rag.offline.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
 from rag.offline.terms import query_terms, split_sentences, text_terms
@@ -108,7 +108,7 @@ def answer_articles(
     reply language, and of them those whose article is titled with the question, when there are any (an article
     titled with the question, in other words, answers it; others only share its words)."""
     articles = _in_language([c for c in chunks if c.kind != "form"] or chunks, language)[:max_chunks]
-    return [c for c in articles if asks_the_question(question, c)] or articles
+    return list(filter(titles_asking(question), articles)) or articles
 
 
 def steps_to_fetch(question: str, chunks: list[RetrievedChunk], *, language: str, max_chunks: int = 5) -> str:
@@ -159,7 +159,7 @@ def extractive_answer(
             if _CROSS_REFERENCE_RE.match(sentence):
                 score /= 2  # "See 'How do I reset my password'" points elsewhere instead of answering
             candidates.append((score, rank, position, line))
-    if articles and question_kind(question) in _AMOUNT_KINDS and asks_the_question(question, articles[0]):
+    if articles and question_kind(question) in _AMOUNT_KINDS and titles_asking(question)(articles[0]):
         # "多久", "how many" asked by the article's own title: of its sentences, those that give an amount answer
         # it; the others only share the question's words
         candidates = [c for c in candidates if _AMOUNT_RE.search(c[3].text)] or candidates

@@ -11,6 +11,8 @@ one that answers it, so retrieval puts it first and the answer is drawn from it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rag.offline.terms import query_terms, text_terms
 from rag.retrieval.chunking import ChunkingConfig
 from rag.state import RetrievedChunk
@@ -26,18 +28,27 @@ def asks_the_question(question: str, chunk: RetrievedChunk) -> bool:
     """Whether the chunk's article title, or one of its section headings read in the title's context, asks what
     `question` asks: the same kind of question (a time, a quantity, a manner...), with at least half of the
     title's words in the question."""
+    return titles_asking(question)(chunk)
+
+
+def titles_asking(question: str) -> Callable[[RetrievedChunk], bool]:
+    """`asks_the_question` for one question and many chunks (the question is read once)."""
     kind = question_kind(question)
-    if not kind:
+    asked = text_terms(question) if kind else set()
+
+    def asks(chunk: RetrievedChunk) -> bool:
+        if not kind:
+            return False
+        title_terms = query_terms(chunk.title)
+        for part in _titles(chunk):
+            if question_kind(part) != kind:
+                continue
+            wanted = title_terms | query_terms(part)
+            if wanted and len(wanted & asked) / len(wanted) >= MIN_SHARED:
+                return True
         return False
-    asked = text_terms(question)
-    title_terms = query_terms(chunk.title)
-    for part in _titles(chunk):
-        if question_kind(part) != kind:
-            continue
-        wanted = title_terms | query_terms(part)
-        if wanted and len(wanted & asked) / len(wanted) >= MIN_SHARED:
-            return True
-    return False
+
+    return asks
 
 
 def _titles(chunk: RetrievedChunk) -> list[str]:
