@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.test import Client
 
-from concurrency import api
-from concurrency.api import bearer_key_checker_set
+from concurrency import access
+from concurrency.access import bearer_key_checker_set
 from concurrency.live import settings_forget
 from concurrency.manager import reset_manager
 from concurrency.selectors import concurrency_settings_get
@@ -41,7 +42,7 @@ def keys() -> Iterator[None]:
     def check(*, authorization: str, scope: str) -> bool:
         return scopes.get(authorization.removeprefix("Bearer ")) == scope
 
-    registered = list(api._key_checkers)  # the project's own, as the app owning the keys registered it
+    registered = list(access._key_checkers)  # the project's own, as the app owning the keys registered it
     bearer_key_checker_set(check)
     yield
     bearer_key_checker_set(registered[0] if registered else None)
@@ -131,6 +132,21 @@ def test_who_may_read_and_who_may_write(client, keys) -> None:
     client.force_login(editor)
     assert patch(client, {"max_waiters": 3}, key=None).status_code == 200
     assert concurrency_settings_get().updated_by == editor
+
+
+def test_a_staff_session_patches_only_with_its_csrf_token(keys) -> None:
+    editor = User.objects.create_user("editor", is_staff=True)
+    editor.user_permissions.add(Permission.objects.get(codename="change_concurrencysettings"))
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(editor)
+    refused = patch(client, {"max_waiters": 3}, key=None)
+    assert refused.status_code == 403 and "CSRF" in refused.json()["error"]["message"]
+
+    client.get("/admin/")  # sets the csrftoken cookie
+    headers = {"X-CSRFToken": client.cookies["csrftoken"].value}
+    accepted = client.patch(URL, data=json.dumps({"max_waiters": 3}), content_type="application/json", headers=headers)
+    assert accepted.status_code == 200
+    assert patch(Client(enforce_csrf_checks=True), {"max_waiters": 4}).status_code == 200  # a key needs none
 
 
 def test_other_methods_are_405(client, keys) -> None:
