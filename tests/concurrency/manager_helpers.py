@@ -1,0 +1,24 @@
+"""Driving an `LLMConcurrencyManager` step by step in tests: hold and release permits, let waiters take a step."""
+
+from __future__ import annotations
+
+import asyncio
+
+from concurrency.manager import LLMConcurrencyManager, LLMPermit
+
+
+async def settle(rounds: int = 3) -> None:
+    """Let every ready task run `rounds` steps (a new task reaches its queue wait in one step)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def hold(m: LLMConcurrencyManager, backend: str = "b") -> LLMPermit:
+    """A permit taken and kept until `release`."""
+    permit = m.acquire(backend)
+    await permit.__aenter__()
+    return permit
+
+
+async def release(permit: LLMPermit) -> None:
+    await permit.__aexit__(None, None, None)
