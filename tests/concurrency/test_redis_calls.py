@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -115,3 +116,56 @@ async def test_a_rate_limit_check_stops_when_cancelled(client) -> None:
     checking = asyncio.create_task(limiter.admit([RateRule("client:a", 5)]))
 
     await expect_cancelled(checking, started, blocked.set)
+
+
+class GaveUp(Exception):
+    """Ends a loop that ignored its cancellation, so the test can fail instead of hanging."""
+
+
+async def test_the_cluster_grant_listener_stops_when_cancelled(client, monkeypatch) -> None:
+    from redis.asyncio.client import PubSub
+
+    from concurrency.cluster.link import RedisLink
+
+    _redis, prefix, url = client
+    started, gave_up = asyncio.Event(), False
+    stock_get = PubSub.get_message
+
+    async def get_message(self: PubSub, *args: Any, **kwargs: Any) -> object:
+        if gave_up:
+            raise GaveUp
+        return await swallowing(stock_get(self, *args, **kwargs), started)
+
+    monkeypatch.setattr(PubSub, "get_message", get_message)
+    link = RedisLink(url, prefix=prefix, worker_id="worker-1", op_timeout=1.0)
+    listening = asyncio.create_task(link.listen(lambda token: None, lambda exc: None))
+
+    def give_up() -> None:
+        nonlocal gave_up
+        gave_up = True
+
+    try:
+        await expect_cancelled(listening, started, give_up)
+    finally:
+        await link.close()
+
+
+async def test_a_stream_store_read_stops_when_cancelled(client, monkeypatch) -> None:
+    from chatbot.replay.redis_store import RedisStreamStore
+
+    _redis, prefix, url = client
+    store = RedisStreamStore(url, prefix, retention_seconds=60, max_events=100)
+    redis = store._redis()
+    started, blocked = asyncio.Event(), asyncio.Event()
+    stock_hget = redis.hget
+
+    async def slow_hget(*args: object) -> object:
+        await blocked.wait()  # the cancellation lands while "Redis" is reading
+        return await stock_hget(*args)
+
+    monkeypatch.setattr(redis, "hget", lambda *args: swallowing(slow_hget(*args), started))
+    reading = asyncio.create_task(store.owner("req-1"))
+    try:
+        await expect_cancelled(reading, started, blocked.set)
+    finally:
+        await redis.aclose()
