@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
-from concurrency.manager import LLMConcurrencyManager, LLMPermit
+from concurrency.live import settings_forget
+from concurrency.manager import LLMConcurrencyManager, LLMPermit, reset_manager
+
+
+@contextlib.contextmanager
+def fresh_process_state() -> Iterator[None]:
+    """No live settings applied and no manager built in this process, before the body and after it."""
+    settings_forget()
+    reset_manager()
+    try:
+        yield
+    finally:
+        settings_forget()
+        reset_manager()
 
 
 async def settle(rounds: int = 3) -> None:

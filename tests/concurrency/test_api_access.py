@@ -9,9 +9,9 @@ from django.contrib.auth.models import User
 
 from chatbot.apikeys.services import api_key_create
 from concurrency.access import SCOPE_READ
-from concurrency.live import register_stats_provider, settings_forget, worker_id
-from concurrency.manager import reset_manager
+from concurrency.live import register_stats_provider, worker_id
 from concurrency.selectors import workers_summary
+from tests.concurrency.manager_helpers import fresh_process_state
 
 STATUS = "/api/v1/admin/concurrency/status"
 SUMMARY = "/api/v1/admin/concurrency/summary"
@@ -39,13 +39,10 @@ BACKEND_KEYS = {
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_state(settings) -> Iterator[None]:
+def process_state(settings) -> Iterator[None]:
     settings.REDIS_URL = ""  # one worker: this process
-    settings_forget()
-    reset_manager()
-    yield
-    settings_forget()
-    reset_manager()
+    with fresh_process_state():
+        yield
 
 
 # ---------------------------------------------------------------------------------------------- the views

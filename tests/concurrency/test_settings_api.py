@@ -11,10 +11,9 @@ from django.test import Client
 
 from concurrency import access
 from concurrency.access import bearer_key_checker_set
-from concurrency.live import settings_forget
-from concurrency.manager import reset_manager
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
+from tests.concurrency.manager_helpers import fresh_process_state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.concurrency.urls")]
 
@@ -24,14 +23,11 @@ READ_KEY = "key-with-admin-read"
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_state(settings) -> Iterator[None]:
+def process_state(settings) -> Iterator[None]:
     settings.REDIS_URL = ""
     settings.CONCURRENCY_API_TOKEN = "shared-read-token"
-    settings_forget()
-    reset_manager()
-    yield
-    settings_forget()
-    reset_manager()
+    with fresh_process_state():
+        yield
 
 
 @pytest.fixture
