@@ -11,7 +11,8 @@ Policy, stated once:
 - After each item the thread hands the GIL back at once (`time.sleep(0)`) rather than at the interpreter's next
   forced switch (up to 5 ms later): the event loop needs it far more urgently than the next item.
 - `drain(timeout)` waits until everything queued so far was handled; `close(timeout)` drains, stops the thread and
-  joins it, each step bounded by `timeout`: a stuck writer never holds a shutdown.
+  joins it, each step bounded by `timeout`: a stuck writer never holds a shutdown. A closed writer's thread ends
+  once its queue is empty, even when the stop item found no room.
 
 Counters are plain integers written by one thread each (`dropped` by submitters, the rest by the writer): gauges
 for staff, not invoices; a lock would be one more thing on the request path.
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _STOP = object()
+# An idle writer looks this often whether it was closed without its stop item (a full queue at `close`).
+_IDLE_CHECK_SECONDS = 1.0
 
 
 class WriterThread(Generic[T]):
@@ -86,7 +89,12 @@ class WriterThread(Generic[T]):
     def _run(self) -> None:
         try:
             while True:
-                item = self._queue.get()
+                try:
+                    item = self._queue.get(timeout=_IDLE_CHECK_SECONDS)
+                except queue.Empty:
+                    if self._closed:
+                        return  # closed while its stop could not be queued: nothing is left to wait for
+                    continue
                 try:
                     if item is _STOP:
                         return
