@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from concurrency.redis_calls import redis_call
+
 __all__ = ["WINDOW_SECONDS", "RateRule", "RedisRateLimiter", "SlidingWindowRateLimiter"]
 
 logger = logging.getLogger(__name__)
@@ -185,24 +187,14 @@ class RedisRateLimiter:
         keys = [f"{self.prefix}:ratelimit:{rule.key}" for rule in rules]
         args = [round(WINDOW_SECONDS * 1000), uuid.uuid4().hex, *(rule.limit for rule in rules)]
         try:
-            async with asyncio.timeout(_REDIS_TIMEOUT):
-                raw = await self._script()(keys=keys, args=args)
+            raw = await redis_call(self._script()(keys=keys, args=args), timeout=_REDIS_TIMEOUT)
         except (RedisError, OSError, TimeoutError) as exc:
-            _stop_if_cancelled()
             if not self._failing:
                 logger.warning("rate limits: Redis unreachable (%s); each worker counts alone until it answers", exc)
                 self._failing = True
             return self.fallback.hit(rules)
-        _stop_if_cancelled()
         if self._failing:
             logger.warning("rate limits: Redis answers again; the windows are shared by every worker again")
             self._failing = False
         wait = float(raw.decode() if isinstance(raw, bytes) else raw)
         return wait <= 0, wait
-
-
-def _stop_if_cancelled() -> None:
-    """redis.asyncio can swallow a cancellation that lands while it reads: a cancelled request must still stop."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from concurrency.simulator.testing import free_port
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 ASGI_APP = "chatbot.asgi:application"
+DEMO = PROJECT_DIR / "rag" / "corpus" / "demo"
 
 T = TypeVar("T")
 
@@ -137,6 +139,55 @@ def shared_database(label: str) -> Iterator[str]:
     finally:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def worker_env(
+    label: str, *, llm_base_url: str = "", redis_url: str = "", prepare: bool = True, **extra: str
+) -> Iterator[dict[str, str]]:
+    """The one environment builder of test workers: a data folder of their own with a copy of the demo corpus, a
+    database of their own (`shared_database`), Redis keys under a prefix of their own (deleted afterwards; no
+    Redis when `redis_url` is empty), no Qdrant, the LLM at `llm_base_url` ("": none), no rate limit, and `extra`
+    variables on top. With `prepare` the database is migrated and the corpus indexed before it is yielded."""
+    with (
+        tempfile.TemporaryDirectory(prefix=f"{label}-") as data_dir,
+        shared_database(label.replace("-", "_")) as database_url,
+    ):
+        corpus = Path(data_dir) / "corpus"
+        shutil.copytree(DEMO, corpus)
+        prefix = f"{label}-{uuid.uuid4().hex[:10]}"
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
+            "DATA_DIR": data_dir,
+            "DATABASE_URL": database_url,
+            "CORPUS_DIR": str(corpus),
+            "REDIS_URL": redis_url,
+            "REDIS_PREFIX": prefix,
+            "QDRANT_URL": "",
+            "LLM_BASE_URL": llm_base_url,
+            "RAG_RATE_LIMIT_PER_MINUTE": "0",
+            "PYTHONUNBUFFERED": "1",
+            **extra,
+        }
+        if prepare:
+            manage(env, "migrate", "--noinput")
+            manage(env, "reindex")
+        try:
+            yield env
+        finally:
+            if redis_url:
+                _delete_keys(redis_url, prefix)
+
+
+def _delete_keys(url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
+    with contextlib.suppress(redis.RedisError, OSError):
+        for key in client.scan_iter(f"{prefix}*"):
+            client.delete(key)
+    client.close()
 
 
 def manage(env: dict[str, str], *command: str, timeout: float = 120.0) -> str:

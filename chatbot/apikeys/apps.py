@@ -11,6 +11,6 @@ class ApiKeysConfig(AppConfig):
         # The concurrency APIs know nothing of this app (layers: chatbot -> rag -> concurrency): the check that
         # lets a key with an admin scope in is handed to them here, where the project is assembled.
         from chatbot.apikeys.services import api_key_allows_scope
-        from concurrency.api import bearer_key_checker_set
+        from concurrency.access import bearer_key_checker_set
 
         bearer_key_checker_set(api_key_allows_scope)

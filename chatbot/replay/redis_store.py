@@ -18,6 +18,7 @@ from chatbot import lifecycle
 from chatbot.replay.live import ResumeRefused
 from chatbot.streaming import transport_error_event
 from concurrency.live.workers import worker_id, worker_key
+from concurrency.redis_calls import redis_call
 from rag.events import TERMINAL_CHANNELS, Event
 
 if TYPE_CHECKING:
@@ -87,16 +88,16 @@ class RedisStreamStore:
             pipe.ltrim(events_key, -self.max_events, -1)
             pipe.pexpire(events_key, ttl_ms)
             pipe.pexpire(meta_key, ttl_ms)
-            await pipe.execute()
+            await redis_call(pipe.execute())
 
     async def discard(self, request_id: str) -> None:
-        await self._redis().delete(*self._keys(request_id))
+        await redis_call(self._redis().delete(*self._keys(request_id)))
 
     # --- reading (any worker) ---------------------------------------------------------------------------------
 
     async def owner(self, request_id: str) -> str | None:
         """The client id the stream belongs to; None when Redis has no such stream (expired or never seen)."""
-        value = await self._redis().hget(self._keys(request_id)[1], "client_id")
+        value = await redis_call(self._redis().hget(self._keys(request_id)[1], "client_id"))
         return value.decode() if isinstance(value, bytes) else value
 
     async def producer_gone(self, request_id: str) -> bool:
@@ -104,7 +105,7 @@ class RedisStreamStore:
         publishes its presence every half second with a few seconds' TTL, `concurrency.live.workers`) while this
         one does, which proves presence is published in this deployment. False whenever that cannot be told."""
         client = self._redis()
-        producer = await client.hget(self._keys(request_id)[1], "worker")
+        producer = await redis_call(client.hget(self._keys(request_id)[1], "worker"))
         if producer is None:
             return False
         producer = producer.decode() if isinstance(producer, bytes) else str(producer)
@@ -114,19 +115,19 @@ class RedisStreamStore:
         async with client.pipeline(transaction=False) as pipe:
             pipe.exists(worker_key(self.prefix, producer))
             pipe.exists(worker_key(self.prefix, me))
-            producer_alive, me_alive = await pipe.execute()
+            producer_alive, me_alive = await redis_call(pipe.execute())
         # Neither key: no presence is published here, so nothing can be told.
         return bool(me_alive) and not producer_alive
 
     async def last_event(self, request_id: str) -> Event | None:
-        raw = await self._redis().lindex(self._keys(request_id)[0], -1)
+        raw = await redis_call(self._redis().lindex(self._keys(request_id)[0], -1))
         return None if raw is None else json.loads(raw)
 
     async def events_after(self, request_id: str, after_seq: int) -> list[Event] | None:
         """Kept events with seq > after_seq (None: the stream has expired)."""
         client = self._redis()
         events_key = self._keys(request_id)[0]
-        head = await client.lindex(events_key, 0)
+        head = await redis_call(client.lindex(events_key, 0))
         if head is None:
             return None
         first = json.loads(head)["seq"]
@@ -136,7 +137,7 @@ class RedisStreamStore:
                 f"stream {request_id} is too long to resume from seq {after_seq}: "
                 f"events before seq {first} are no longer kept",
             )
-        events = [json.loads(raw) for raw in await client.lrange(events_key, after_seq + 1 - first, -1)]
+        events = [json.loads(raw) for raw in await redis_call(client.lrange(events_key, after_seq + 1 - first, -1))]
         if events and events[0]["seq"] != after_seq + 1:
             return []  # a trim moved the list between the two reads: the next poll starts from the new head
         return events

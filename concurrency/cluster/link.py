@@ -17,9 +17,11 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from concurrency.redis_calls import redis_call
+
 from .scripts import ACQUIRE, ADOPT, REFRESH, RELEASE
 
-__all__ = ["REDIS_ERRORS", "RedisLink", "Refreshed", "stop_if_cancelled"]
+__all__ = ["REDIS_ERRORS", "RedisLink", "Refreshed"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,15 +123,12 @@ class RedisLink:
         while True:
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)
             try:
-                async with asyncio.timeout(self.op_timeout):
-                    await pubsub.subscribe(channel)
+                await redis_call(pubsub.subscribe(channel), timeout=self.op_timeout)
                 while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=_LISTEN_WAIT)
-                    stop_if_cancelled()
+                    message = await redis_call(pubsub.get_message(ignore_subscribe_messages=True, timeout=_LISTEN_WAIT))
                     if message is not None and message.get("type") == "message":
                         on_grant(_text(message["data"]))
             except REDIS_ERRORS as exc:
-                stop_if_cancelled()
                 on_error(exc)
             finally:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -141,14 +140,6 @@ class RedisLink:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             async with asyncio.timeout(0.5):
                 await self.client.aclose()
-
-
-def stop_if_cancelled() -> None:
-    """Raise CancelledError if this task was asked to stop. redis.asyncio can swallow a cancellation that lands
-    while it reads (returning nothing, or raising one of its own errors); a loop around it would never stop."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 def _text(value: Any) -> str:

@@ -29,9 +29,10 @@ from typing import Any
 from concurrency.context import _current
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, LLMPermit, _check_limit
+from concurrency.redis_calls import redis_call
 from concurrency.stats import ClusterBackendStats, ClusterStats, ManagerStats, QueueHeadEntry
 
-from .link import REDIS_ERRORS, RedisLink, stop_if_cancelled
+from .link import REDIS_ERRORS, RedisLink
 
 __all__ = ["ClusterManager", "ClusterPermit"]
 
@@ -217,17 +218,11 @@ class ClusterManager(LLMConcurrencyManager):
         waiter = self._new_waiter(backend)
         self._waiters[waiter.token] = waiter
         try:
-            granted, now_ms = await link.acquire(
-                backend, waiter.token, waiter.score, self._common(backend), may_queue=may_queue
+            granted, now_ms = await redis_call(
+                link.acquire(backend, waiter.token, waiter.score, self._common(backend), may_queue=may_queue)
             )
-            stop_if_cancelled()
         except REDIS_ERRORS as exc:
             del self._waiters[waiter.token]
-            try:
-                stop_if_cancelled()
-            except asyncio.CancelledError:
-                self._withdraw(waiter)
-                raise
             self._degrade(exc)
             return None
         except asyncio.CancelledError:
@@ -399,16 +394,13 @@ class ClusterManager(LLMConcurrencyManager):
         while True:
             if self.state == "redis":
                 try:
-                    await self._refresh(link)
+                    await redis_call(self._refresh(link))
                 except REDIS_ERRORS as exc:
-                    stop_if_cancelled()
                     self._degrade(exc)
-                stop_if_cancelled()
             else:
                 with contextlib.suppress(*REDIS_ERRORS):
-                    await link.ping()
-                    await self._recover(link)
-                stop_if_cancelled()
+                    await redis_call(link.ping())
+                    await redis_call(self._recover(link))
             await asyncio.sleep(self.refresh_interval if self.state == "redis" else self.refresh_interval / 2)
 
     async def _refresh(self, link: RedisLink) -> None:

@@ -19,6 +19,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from concurrency.redis_calls import redis_call
 from concurrency.worker_tasks import WorkerTask
 
 from .apply import bind_loop, settings_apply, settings_current
@@ -174,8 +175,7 @@ class LiveSettingsRunner:
         )
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
-            async with asyncio.timeout(_REDIS_OP_TIMEOUT * 2):
-                await pubsub.subscribe(settings_channel(self.prefix))
+            await redis_call(pubsub.subscribe(settings_channel(self.prefix)), timeout=_REDIS_OP_TIMEOUT * 2)
         except (OSError, TimeoutError, aioredis.RedisError) as exc:
             self._redis_failed(exc)
             with contextlib.suppress(Exception):
@@ -198,7 +198,7 @@ class LiveSettingsRunner:
         import redis.asyncio as aioredis
 
         try:
-            message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
+            message = await redis_call(self._pubsub.get_message(ignore_subscribe_messages=True, timeout=wait))
         except (OSError, TimeoutError, aioredis.RedisError) as exc:
             await self._redis_close(forget_worker=False)
             self._redis_failed(exc)
@@ -220,12 +220,11 @@ class LiveSettingsRunner:
         now = time.time()
         index = workers_index_key(self.prefix)
         try:
-            async with asyncio.timeout(_REDIS_OP_TIMEOUT):
-                pipe = self._client.pipeline(transaction=False)
-                pipe.set(worker_key(self.prefix, self.worker_id), payload, ex=WORKER_TTL_SECONDS)
-                pipe.zadd(index, {self.worker_id: now})
-                pipe.zremrangebyscore(index, "-inf", now - 3600)
-                await pipe.execute()
+            pipe = self._client.pipeline(transaction=False)
+            pipe.set(worker_key(self.prefix, self.worker_id), payload, ex=WORKER_TTL_SECONDS)
+            pipe.zadd(index, {self.worker_id: now})
+            pipe.zremrangebyscore(index, "-inf", now - 3600)
+            await redis_call(pipe.execute(), timeout=_REDIS_OP_TIMEOUT)
         except (OSError, TimeoutError, aioredis.RedisError) as exc:
             await self._redis_close(forget_worker=False)
             self._redis_failed(exc)

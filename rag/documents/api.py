@@ -14,18 +14,15 @@ input is a 400 naming the field. Sync views: Django runs them on a worker thread
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from functools import wraps
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import csrf_exempt
 
-from concurrency.api import api_access_allowed
+from concurrency import access
 from concurrency.jsonio import JsonInputError, json_decode, json_error
 from rag.documents.models import Job
 from rag.documents.selectors import job_as_dict, job_get, jobs_recent
@@ -42,28 +39,10 @@ def _bad(exc: JsonInputError) -> JsonResponse:
     return json_error(exc.status, "bad_request", exc.message, field=exc.field)
 
 
-def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
-    # The stubs want a view; Django reads only its `csrf_exempt` attribute, and no view means not exempt.
-    return CsrfViewMiddleware(lambda _request: HttpResponse()).process_view(request, None, (), {})  # type: ignore[arg-type]
-
-
-def staff_api(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A staff session (CSRF-checked on unsafe methods) or the API bearer token; else 403 JSON."""
-
-    @wraps(view)
-    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        authorization = request.headers.get("Authorization", "")
-        token = settings.CONCURRENCY_API_TOKEN
-        by_token = api_access_allowed(user=None, authorization=authorization, token=token)
-        by_session = api_access_allowed(user=getattr(request, "user", None), authorization="", token="")
-        if not (by_token or by_session):
-            return json_error(403, "forbidden", "staff session or a valid API token required")
-        # a bearer token is never sent by a browser on its own, so only cookie-authenticated writes need CSRF
-        if not by_token and request.method not in ("GET", "HEAD", "OPTIONS") and _csrf_failure(request) is not None:
-            return json_error(403, "forbidden", "CSRF check failed: send the csrftoken cookie and X-CSRFToken header")
-        return view(request, *args, **kwargs)
-
-    return csrf_exempt(checked)
+# Index jobs read files and spend embedding calls: a staff session (CSRF-checked on writes) or the shared token.
+staff_api = access.staff_api(
+    access.Policy(read=access.Rule(refusal="staff session or a valid API token required", token=True))
+)
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:

@@ -142,13 +142,45 @@ def index_job_execute(
 
 
 def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: Embedder, started: float) -> None:
-    if job.if_empty:
-        count = store.count()
-        if count:
-            tracker.log(f"{store.alias} already holds {count} chunks; nothing to do (--if-empty).")
-            tracker.finish(JobStatus.SUCCEEDED, chunks=count, report={"if_empty": True, "chunks": count})
-            return
+    """Load the scope, plan what changed, build and switch the index, save the rows: each step checks for a
+    cancel request until the switch; after it the job succeeds."""
+    if job.if_empty and _already_filled(tracker, store):
+        return
     scope = [Path(p) for p in job.paths] or [corpus_dir()]
+    loaded = _load(job, tracker, scope)
+    encoder = BM25Encoder()
+    plan = _plan(job, tracker, store, embedder, encoder, loaded, scope)
+    tracker.stage("embedding")
+    report = reindex(
+        store,
+        embedder,
+        embed=plan.embed,
+        copy=plan.copy,
+        reencode=plan.reencode,
+        encoder=encoder,
+        config=lambda document: chunking_for(loaded.formats.get(document.doc_id, "")),
+        batch_size=index_batch_size(embedder),
+        progress=tracker.progress,
+        should_stop=tracker.cancelled,
+        # a cancel requested any time before the switch is honoured, however fast the build was
+        confirm_switch=lambda: not tracker.cancelled(look=True),
+    )
+    # switched: from here on the job succeeds; a late cancel request is ignored
+    tracker.stage("saving")
+    _save(job, tracker, loaded, plan, report, _summary(loaded, plan, report, started))
+
+
+def _already_filled(tracker: JobTracker, store: VectorStore) -> bool:
+    """`--if-empty`: finish the job at once when the index holds chunks."""
+    count = store.count()
+    if not count:
+        return False
+    tracker.log(f"{store.alias} already holds {count} chunks; nothing to do (--if-empty).")
+    tracker.finish(JobStatus.SUCCEEDED, chunks=count, report={"if_empty": True, "chunks": count})
+    return True
+
+
+def _load(job: IndexJob, tracker: JobTracker, scope: list[Path]) -> LoadResult:
     tracker.stage("loading")
     tracker.set(progress_total=len(scope))
     entries = 0
@@ -163,9 +195,20 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
     for error in loaded.skipped:
         tracker.log(f"skipped {error.path}: {error.reason}")
     tracker.check()
+    return loaded
 
+
+def _plan(
+    job: IndexJob,
+    tracker: JobTracker,
+    store: VectorStore,
+    embedder: Embedder,
+    encoder: BM25Encoder,
+    loaded: LoadResult,
+    scope: list[Path],
+) -> ReindexPlan:
+    """What to embed, copy, re-encode and delete; fails the job when the scope holds nothing to index."""
     tracker.stage("planning")
-    encoder = BM25Encoder()
     live = live_documents(store)
     compatible = build_compatible(store.metadata(), embedder, encoder)
     if live and not compatible:
@@ -188,26 +231,12 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
         f"{len(plan.deleted)} deleted; {len(plan.embed)} to embed, {len(plan.copy)} copied, "
         f"{len(plan.reencode)} re-encoded"
     )
+    return plan
 
-    tracker.stage("embedding")
-    report = reindex(
-        store,
-        embedder,
-        embed=plan.embed,
-        copy=plan.copy,
-        reencode=plan.reencode,
-        encoder=encoder,
-        config=lambda document: chunking_for(loaded.formats.get(document.doc_id, "")),
-        batch_size=index_batch_size(embedder),
-        progress=tracker.progress,
-        should_stop=tracker.cancelled,
-        # a cancel requested any time before the switch is honoured, however fast the build was
-        confirm_switch=lambda: not tracker.cancelled(look=True),
-    )
-    # switched: from here on the job succeeds; a late cancel request is ignored
-    tracker.stage("saving")
-    changed = [*plan.updated, *plan.deleted]
-    summary = {
+
+def _summary(loaded: LoadResult, plan: ReindexPlan, report: ReindexReport, started: float) -> dict[str, Any]:
+    """The job's report: what the build did and which documents it touched (lists bounded)."""
+    return {
         "documents": report.documents,
         "chunks": report.chunks,
         "embedded": report.embedded,
@@ -222,6 +251,18 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
         "stale": bounded(sorted(plan.stale)),
         "skipped_files": bounded([{"path": str(e.path), "reason": e.reason} for e in loaded.skipped]),
     }
+
+
+def _save(
+    job: IndexJob,
+    tracker: JobTracker,
+    loaded: LoadResult,
+    plan: ReindexPlan,
+    report: ReindexReport,
+    summary: dict[str, Any],
+) -> None:
+    """Mirror the new build in the Document rows and finish the job, in one transaction (retried)."""
+    changed = [*plan.updated, *plan.deleted]
 
     def save() -> None:
         with transaction.atomic():

@@ -22,18 +22,40 @@ if TYPE_CHECKING:
 
 
 def validate_workflow(definition: WorkflowDefinition, registry: NodeRegistry) -> list[WorkflowProblem]:
+    """Every problem of the workflow, each naming its node. The wiring is checked first (ids, parameters, edges,
+    routes); the shape (reachability, loops, ends) and the data flow only once the wiring is sound."""
     problems: list[WorkflowProblem] = []
-    add = problems.append
+    ids = _check_ids(definition, problems)
+    _check_params(definition, registry, problems)
+    routes_out = _check_edges(definition, ids, problems)
+    _check_routes(definition, registry, routes_out, problems)
+    if problems:
+        return problems
+    successors: dict[str, set[str]] = {node_id: set(routes_out.get(node_id, {}).values()) for node_id in ids}
+    reachable = _check_shape(definition, ids, successors, problems)
+    _check_dataflow(definition, registry, ids, routes_out, successors, reachable, problems)
+    return problems
+
+
+def _check_ids(definition: WorkflowDefinition, problems: list[WorkflowProblem]) -> dict[str, str]:
+    """Node ids are unique and not reserved, and the entry is one of them; returns id -> node type."""
     ids: dict[str, str] = {}
     for spec in definition.nodes:
         if spec.id == END:
-            add(WorkflowProblem("reserved_id", f"node id '{END}' is reserved for the end of the graph", spec.id))
+            problems.append(
+                WorkflowProblem("reserved_id", f"node id '{END}' is reserved for the end of the graph", spec.id)
+            )
         elif spec.id in ids:
-            add(WorkflowProblem("duplicate_node", f"node id '{spec.id}' is used twice", spec.id))
+            problems.append(WorkflowProblem("duplicate_node", f"node id '{spec.id}' is used twice", spec.id))
         ids[spec.id] = spec.type
     if definition.entry not in ids:
-        add(WorkflowProblem("unknown_entry", f"entry '{definition.entry}' is not a node of the workflow"))
+        problems.append(WorkflowProblem("unknown_entry", f"entry '{definition.entry}' is not a node of the workflow"))
+    return ids
 
+
+def _check_params(definition: WorkflowDefinition, registry: NodeRegistry, problems: list[WorkflowProblem]) -> None:
+    """Every node has a known type, and only parameters of that type with values it accepts."""
+    add = problems.append
     for spec in definition.nodes:
         node_type = registry.get(spec.type)
         if node_type is None:
@@ -46,26 +68,36 @@ def validate_workflow(definition: WorkflowDefinition, registry: NodeRegistry) ->
             elif (why := param.check(name, value)) is not None:
                 add(WorkflowProblem("bad_param", f"node '{spec.id}': {why}", spec.id))
 
+
+def _check_edges(
+    definition: WorkflowDefinition, ids: dict[str, str], problems: list[WorkflowProblem]
+) -> dict[str, dict[str, str]]:
+    """Edges join known nodes (or the end), one per route of a node; returns node -> route -> target."""
+    add = problems.append
     routes_out: dict[str, dict[str, str]] = defaultdict(dict)
     for edge in definition.edges:
         if edge.source not in ids:
             add(WorkflowProblem("unknown_node", f"edge from unknown node '{edge.source}'", edge.source))
             continue
         if edge.target != END and edge.target not in ids:
-            add(
-                WorkflowProblem(
-                    "unknown_node", f"edge from '{edge.source}' to unknown node '{edge.target}'", edge.source
-                )
-            )
+            message = f"edge from '{edge.source}' to unknown node '{edge.target}'"
+            add(WorkflowProblem("unknown_node", message, edge.source))
             continue
         if edge.route in routes_out[edge.source]:
-            add(
-                WorkflowProblem(
-                    "duplicate_route", f"node '{edge.source}' has two edges for route '{edge.route}'", edge.source
-                )
-            )
+            message = f"node '{edge.source}' has two edges for route '{edge.route}'"
+            add(WorkflowProblem("duplicate_route", message, edge.source))
         routes_out[edge.source][edge.route] = edge.target
+    return routes_out
 
+
+def _check_routes(
+    definition: WorkflowDefinition,
+    registry: NodeRegistry,
+    routes_out: dict[str, dict[str, str]],
+    problems: list[WorkflowProblem],
+) -> None:
+    """Each node has an edge for every route its type declares, and none for a route it does not."""
+    add = problems.append
     for spec in definition.nodes:
         node_type = registry.get(spec.type)
         if node_type is None:
@@ -78,41 +110,51 @@ def validate_workflow(definition: WorkflowDefinition, registry: NodeRegistry) ->
                 add(WorkflowProblem("missing_route", f"node '{spec.id}' ({spec.type}) needs {what}", spec.id))
         for route in wired:
             if route not in declared:
-                add(
-                    WorkflowProblem(
-                        "unknown_route",
-                        f"node '{spec.id}' ({spec.type}) has no route '{route}'; it has {', '.join(sorted(declared))}",
-                        spec.id,
-                    )
-                )
-    if problems:
-        return problems
+                routes = ", ".join(sorted(declared))
+                message = f"node '{spec.id}' ({spec.type}) has no route '{route}'; it has {routes}"
+                add(WorkflowProblem("unknown_route", message, spec.id))
 
-    successors: dict[str, set[str]] = {node_id: set(routes_out.get(node_id, {}).values()) for node_id in ids}
+
+def _check_shape(
+    definition: WorkflowDefinition,
+    ids: dict[str, str],
+    successors: dict[str, set[str]],
+    problems: list[WorkflowProblem],
+) -> set[str]:
+    """Every node is reachable from the entry and reaches the end; every loop has a bounded edge. Returns the
+    nodes reachable from the entry."""
+    add = problems.append
     reachable = _reach(definition.entry, successors)
     for node_id in ids:
         if node_id not in reachable:
             add(
                 WorkflowProblem("unreachable", f"node '{node_id}' cannot be reached from '{definition.entry}'", node_id)
             )
-
     unbounded: dict[str, set[str]] = defaultdict(set)
     for edge in definition.edges:
         if edge.max_visits is None and edge.target != END:
             unbounded[edge.source].add(edge.target)
     for cycle in _cycles(ids, unbounded):
         path = " -> ".join([*cycle, cycle[0]])
-        add(
-            WorkflowProblem(
-                "unbounded_loop", f"loop {path} has no bounded edge (set max_visits on one of its edges)", cycle[0]
-            )
-        )
-
+        message = f"loop {path} has no bounded edge (set max_visits on one of its edges)"
+        add(WorkflowProblem("unbounded_loop", message, cycle[0]))
     for node_id in reachable:
         if node_id != END and END not in _reach(node_id, successors):
             add(WorkflowProblem("no_end", f"node '{node_id}' has no path to {END}", node_id))
+    return reachable
 
-    # Data flow: every input must be a request field or be written on every path from the entry to the node.
+
+def _check_dataflow(
+    definition: WorkflowDefinition,
+    registry: NodeRegistry,
+    ids: dict[str, str],
+    routes_out: dict[str, dict[str, str]],
+    successors: dict[str, set[str]],
+    reachable: set[str],
+    problems: list[WorkflowProblem],
+) -> None:
+    """Every input must be a request field or be written on every path from the entry to the node."""
+    add = problems.append
     predecessors: dict[str, set[str]] = defaultdict(set)
     for source, targets in successors.items():
         for target in targets:
@@ -140,7 +182,6 @@ def validate_workflow(definition: WorkflowDefinition, registry: NodeRegistry) ->
             for name in missing:
                 message = _unwritten_input(definition.entry, spec.id, spec.type, name, routes_out, writes, ancestors)
                 add(WorkflowProblem("type_mismatch", message, spec.id))
-    return problems
 
 
 def _unwritten_input(

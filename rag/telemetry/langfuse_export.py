@@ -15,10 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import queue
 import random
 import threading
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,12 +29,12 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Status, StatusCode
 
+from concurrency.writer_thread import WriterThread
 from rag.telemetry.record import FinishedTrace, GenerationRecord, ScoreJob, ScoreRecord, client_ref_for
 
 logger = logging.getLogger(__name__)
 
 TRACE_NAME = "rag.ask"
-_STOP = object()
 
 
 class _ReplayIds(IdGenerator):
@@ -265,66 +263,43 @@ class LangfuseWriter:
 
 
 class LangfuseExporter:
-    """A `LangfuseWriter` on a background thread, fed by a bounded queue (telemetry's `Exporter`)."""
+    """A `LangfuseWriter` on a background thread, fed by a bounded queue (telemetry's `Exporter`): the project's
+    `WriterThread`, whose full queue drops and counts rather than make a request wait."""
 
     def __init__(self, *, queue_size: int = 1000, **writer_options: Any) -> None:
         self.writer = LangfuseWriter(**writer_options)
         self.public_key = self.writer.public_key
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self.queue_size = queue_size
-        self.dropped = 0
-        self.errors = 0
-        self._closed = False
-        self._thread = threading.Thread(target=self._work, name="telemetry-export", daemon=True)
-        self._thread.start()
+        # Through a lambda: `_handle` is looked up per item, so a test can slow it down.
+        self._thread: WriterThread[Any] = WriterThread(
+            lambda item: self._handle(item), name="telemetry-export", queue_size=queue_size
+        )
 
     # --- request side (any thread; never blocks) -------------------------------------------------------------
     def submit_trace(self, trace: FinishedTrace) -> bool:
-        return self._submit(trace)
+        return self._thread.submit(trace)
 
     def submit_score(self, score: ScoreRecord, *, trace: FinishedTrace | None) -> bool:
-        return self._submit(ScoreJob(score, trace))
+        return self._thread.submit(ScoreJob(score, trace))
 
-    def _submit(self, item: object) -> bool:
-        if self._closed:
-            self.dropped += 1
-            return False
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            # A counter written from several threads may lose an increment under contention; it is a gauge for
-            # staff, not an invoice, and a lock here would be one more thing on the request path.
-            self.dropped += 1
-            return False
-        return True
+    @property
+    def dropped(self) -> int:
+        return self._thread.dropped
+
+    @property
+    def errors(self) -> int:
+        return self._thread.errors
 
     def stats(self) -> dict[str, int]:
         return {
-            "pending": self._queue.qsize(),
+            "pending": self._thread.pending,
             "queue_size": self.queue_size,
-            "dropped": self.dropped,
+            "dropped": self._thread.dropped,
             "exported_traces": self.writer.exported_traces,
             "rebuilt_traces": self.writer.rebuilt_traces,
             "scores_sent": self.writer.scores_sent,
-            "errors": self.errors,
+            "errors": self._thread.errors,
         }
-
-    # --- the worker thread -------------------------------------------------------------------------------------
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is _STOP:
-                    return
-                self._handle(item)
-            except Exception:
-                self.errors += 1
-                logger.exception("telemetry export failed")
-            finally:
-                self._queue.task_done()
-            # Hand the GIL back now rather than at the interpreter's next forced switch (up to 5 ms later): the
-            # event loop is waiting for it far more urgently than the next trace.
-            time.sleep(0)
 
     def _handle(self, item: Any) -> None:
         self.writer.handle(item)
@@ -332,14 +307,7 @@ class LangfuseExporter:
     # --- lifecycle (blocking: call off the event loop) ---------------------------------------------------------
     def drain(self, timeout: float) -> bool:
         """Wait until everything queued so far has been handed to the SDK; False if `timeout` ran out."""
-        deadline = time.monotonic() + timeout
-        with self._queue.all_tasks_done:
-            while self._queue.unfinished_tasks:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._queue.all_tasks_done.wait(remaining)
-        return True
+        return self._thread.drain(timeout)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Everything queued so far exported (spans) and sent (scores)."""
@@ -348,20 +316,14 @@ class LangfuseExporter:
         return drained
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        if self._closed:
+        if self._thread.closed:
             return
-        self._closed = True
-        self.drain(timeout)
-        try:
-            self._queue.put(_STOP, timeout=max(timeout, 0.1))
-        except queue.Full:
-            logger.warning("telemetry exporter did not stop within %.1f s", timeout)
-        self._thread.join(timeout)
+        self._thread.close(timeout)
         self.writer.shutdown()
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.alive
 
 
 def _root_metadata(trace: FinishedTrace) -> dict[str, Any]:

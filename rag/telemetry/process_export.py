@@ -5,7 +5,8 @@ sampled request (docs/benchmarks/telemetry.md). On a thread of the server proces
 event loop for the GIL, and each time the loop gives the GIL up (every `select`) it may wait up to the
 interpreter's switch interval to get it back: at a sample rate of 1.0 the loop's p99 lag grew several-fold. In a
 child process none of that touches the loop. What stays here: a `put_nowait` on the request path, and a feeder
-thread that pickles each record onto the child's stdin (tens of microseconds per request).
+thread (the project's `WriterThread`) that pickles each record onto the child's stdin (tens of microseconds per
+request).
 
 The child is a fresh interpreter (`python -m rag.telemetry.process_export`), not a fork: it inherits none of the
 server's threads, locks or sockets, and unlike multiprocessing's "spawn" it does not re-import the server's main
@@ -27,14 +28,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
+from concurrency.writer_thread import WriterThread
 from rag.telemetry.record import FinishedTrace, ScoreJob, ScoreRecord
 
 logger = logging.getLogger(__name__)
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
-_STOP_FEEDING = object()
 # The child reports its counters at most this often while it works (and with every reply).
 _COUNTS_INTERVAL = 0.5
 
@@ -49,12 +50,10 @@ class LangfuseProcessExporter:
     def __init__(self, *, queue_size: int = 1000, start_timeout: float = 60.0, **writer_options: Any) -> None:
         self.public_key = str(writer_options.get("public_key", ""))
         self.queue_size = queue_size
-        self.dropped = 0
         self._counts = {"exported_traces": 0, "rebuilt_traces": 0, "scores_sent": 0, "errors": 0}
-        self._items: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        # Unbounded on purpose: the child answers one reply per command and counts at most every half second.
         self._replies: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._tokens = 0
-        self._closed = False
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
@@ -81,10 +80,15 @@ class LangfuseProcessExporter:
         if kind != "ready":
             self._child.wait(5)
             raise ValueError(detail)
-        self._feeder = threading.Thread(
-            target=self._feed, args=(self._child.stdin,), name="telemetry-export-feeder", daemon=True
+        pipe = self._child.stdin
+        self._feeder: WriterThread[Any] = WriterThread(
+            lambda item: self._feed(pipe, item),
+            name="telemetry-export-feeder",
+            queue_size=queue_size,
+            # the child went away: telemetry is off from now on (later submits drop and count)
+            fatal=(BrokenPipeError, OSError, ValueError),
+            on_exit=lambda: self._close_pipe(pipe),
         )
-        self._feeder.start()
 
     # --- request side (never blocks) ---------------------------------------------------------------------------
     def submit_trace(self, trace: FinishedTrace) -> bool:
@@ -94,34 +98,27 @@ class LangfuseProcessExporter:
         return self._submit(ScoreJob(score, trace))
 
     def _submit(self, item: object) -> bool:
-        if self._closed:
-            self.dropped += 1
-            return False
-        try:
-            self._items.put_nowait(item)
-        except queue.Full:
-            self.dropped += 1  # a gauge; see LangfuseExporter._submit
-            return False
-        return True
+        return self._feeder.submit(item)
+
+    @property
+    def dropped(self) -> int:
+        return self._feeder.dropped
 
     def stats(self) -> dict[str, int]:
-        return {"pending": self._items.qsize(), "queue_size": self.queue_size, "dropped": self.dropped, **self._counts}
+        return {"pending": self._feeder.pending, "queue_size": self.queue_size, "dropped": self.dropped, **self._counts}
 
     # --- threads of this process -------------------------------------------------------------------------------
-    def _feed(self, pipe: BinaryIO) -> None:
-        """Pickle queued items onto the child's stdin. A write blocks (GIL released) while the child is busy;
+    def _feed(self, pipe: IO[bytes], item: object) -> None:
+        """Pickle one queued item onto the child's stdin. A write blocks (GIL released) while the child is busy;
         the bounded queue in front of it is what the request path sees."""
-        try:
-            while (item := self._items.get()) is not _STOP_FEEDING:
-                pickle.dump(item, pipe, protocol=pickle.HIGHEST_PROTOCOL)
-                if self._items.empty() or isinstance(item, _Control):
-                    pipe.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            logger.error("the telemetry exporter process went away; telemetry is off from now on")
-            self._closed = True
-        finally:
-            with contextlib.suppress(OSError):
-                pipe.close()  # EOF: the child exports what it has and exits
+        pickle.dump(item, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+        if self._feeder.pending == 0 or isinstance(item, _Control):
+            pipe.flush()
+
+    @staticmethod
+    def _close_pipe(pipe: IO[bytes]) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()  # EOF: the child exports what it has and exits
 
     def _read(self, pipe: BinaryIO) -> None:
         try:
@@ -142,9 +139,7 @@ class LangfuseProcessExporter:
         self._tokens += 1
         token = self._tokens
         deadline = time.monotonic() + timeout
-        try:
-            self._items.put(_Control(command, token), timeout=max(timeout, 0.1))
-        except queue.Full:
+        if not self._feeder.put(_Control(command, token), timeout=max(timeout, 0.1)):
             return False
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -160,19 +155,16 @@ class LangfuseProcessExporter:
         return self._command("flush", timeout)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        if self._closed and self._child.poll() is not None:
+        if self._feeder.closed and self._child.poll() is not None:
             return
         stopped = self._command("stop", timeout)
-        self._closed = True
-        with contextlib.suppress(queue.Full):
-            self._items.put_nowait(_STOP_FEEDING)
+        self._feeder.close(2.0, drain=False)  # the stop command drained it; this ends the thread and closes stdin
         try:
             self._child.wait(timeout if stopped else 1.0)
         except subprocess.TimeoutExpired:
             logger.warning("telemetry exporter process did not stop within %.1f s; killing it", timeout)
             self._child.kill()
             self._child.wait(5)
-        self._feeder.join(2)
         self._reader.join(2)
 
     @property

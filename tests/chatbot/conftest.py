@@ -15,6 +15,13 @@ from chatbot import streaming
 from rag.events import Event, StreamWriter
 from rag.runtime import PipelineRun
 
+# The app wired to the LLM simulator (`llm_app`, `app_sim`, one simulator per run), for every transport's tests.
+from tests.concurrency.llm_app import (  # noqa: F401 - importing the *_fixture names registers the fixtures
+    app_llm_simulator_fixture,
+    app_sim_fixture,
+    llm_app_fixture,
+)
+
 
 @pytest.fixture
 def slow_answers(monkeypatch: pytest.MonkeyPatch) -> None:

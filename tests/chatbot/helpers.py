@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from channels.testing import ApplicationCommunicator, WebsocketCommunicator
@@ -14,6 +15,20 @@ HOST = (b"host", b"localhost")
 # The first question of a test run opens the store and compiles the graph; later ones take milliseconds.
 FIRST_EVENT_TIMEOUT = 20.0
 EVENT_TIMEOUT = 5.0
+STREAM_CHAT = "/api/v1/rag/ask/stream_chat"
+QUESTION = "How do I reset my password?"
+
+
+def client_cookie() -> tuple[bytes, bytes]:
+    """The cookie header of a new browser (a client id of its own)."""
+    return (b"cookie", f"hc_client={uuid.uuid4().hex}".encode())
+
+
+def assert_whole_stream(events: list[dict[str, Any]]) -> None:
+    """seq 1..n, each once, one request, one terminal event at the end."""
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert len({e["request_id"] for e in events}) == 1
+    assert [e for e in events if e["channel"] in TERMINAL_CHANNELS] == [events[-1]]
 
 
 def application() -> Any:
@@ -137,3 +152,13 @@ async def sse_until_answer_delta(communicator: ApplicationCommunicator) -> bytes
         received += message["body"]
         assert message["more_body"]
     return received
+
+
+async def sse_rest(communicator: ApplicationCommunicator) -> bytes:
+    """The rest of a streaming response's body, read to its last body message."""
+    body = b""
+    while True:
+        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return body

@@ -28,9 +28,13 @@ from tests.chatbot.helpers import (
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
     JSON_CONTENT,
+    QUESTION,
+    STREAM_CHAT,
     ask_body,
+    client_cookie,
     parse_sse,
     sse_request,
+    sse_rest,
     sse_start,
     ws_communicator,
     ws_events,
@@ -38,8 +42,6 @@ from tests.chatbot.helpers import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STREAM_CHAT = "/api/v1/rag/ask/stream_chat"
-QUESTION = "How do I reset my password?"
 REDIS_URL = "redis://127.0.0.1:6379/1"
 
 
@@ -97,10 +99,6 @@ async def redis_workers() -> AsyncIterator[tuple[Worker, Worker, Any]]:
         await layer.close_pools()
 
 
-def client_cookie() -> tuple[bytes, bytes]:
-    return (b"cookie", f"hc_client={uuid.uuid4().hex}".encode())
-
-
 async def sse_until_answer(cookie: tuple[bytes, bytes]) -> tuple[ApplicationCommunicator, str]:
     """Start a `continue` SSE answer, read it up to its first answer delta; returns (communicator, request id)."""
     body = ask_body(QUESTION, on_disconnect="continue")
@@ -116,12 +114,7 @@ async def sse_until_answer(cookie: tuple[bytes, bytes]) -> tuple[ApplicationComm
 
 async def sse_terminal(communicator: ApplicationCommunicator) -> dict[str, Any]:
     """Read an SSE response to its end; its last frame's event."""
-    rest = b""
-    while True:
-        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
-        rest += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    rest = await sse_rest(communicator)
     await communicator.wait(timeout=1)
     return json.loads(rest.rstrip().rsplit(b"data: ", 1)[1])
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -22,18 +20,20 @@ from tests.chatbot.helpers import (
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
     JSON_CONTENT,
+    QUESTION,
+    STREAM_CHAT,
     ask_body,
+    assert_whole_stream,
+    client_cookie,
     parse_sse,
     sse_request,
+    sse_rest,
     sse_start,
     sse_until_answer_delta,
     ws_communicator,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-STREAM_CHAT = "/api/v1/rag/ask/stream_chat"
-QUESTION = "How do I reset my password?"
 
 
 @pytest.fixture(autouse=True)
@@ -59,24 +59,6 @@ def answer_deltas_apart(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]
     yield gap
 
 
-def cookie() -> tuple[bytes, bytes]:
-    return (b"cookie", f"hc_client={uuid.uuid4().hex}".encode())
-
-
-async def sse_rest(communicator: Any) -> bytes:
-    body = b""
-    while True:
-        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
-        body += message.get("body", b"")
-        if not message.get("more_body", False):
-            return body
-
-
-def assert_whole(events: list[dict[str, Any]]) -> None:
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert [e for e in events if e["channel"] in ("meta_summary", "error")] == [events[-1]]
-
-
 async def recorded(request_id: str) -> Message:
     from asgiref.sync import sync_to_async
 
@@ -98,7 +80,7 @@ async def test_a_draining_worker_refuses_a_new_sse_ask_with_503_and_retry_after(
 
 async def test_a_draining_worker_closes_a_new_websocket_with_4012() -> None:
     lifecycle.start_drain(30.0)
-    communicator = ws_communicator(cookie())
+    communicator = ws_communicator(client_cookie())
     connected, _ = await communicator.connect()
     assert connected  # accepted, then closed: a browser sees the close code, not a failed handshake
     assert await communicator.receive_output(timeout=EVENT_TIMEOUT) == {"type": "websocket.close", "code": 4012}
@@ -106,7 +88,7 @@ async def test_a_draining_worker_closes_a_new_websocket_with_4012() -> None:
 
 
 async def test_an_ask_on_an_open_websocket_gets_unavailable_then_the_close() -> None:
-    communicator = ws_communicator(cookie())
+    communicator = ws_communicator(client_cookie())
     assert (await communicator.connect())[0]
     lifecycle.start_drain(30.0)
     await communicator.send_json_to({"type": "ask", "question": QUESTION})
@@ -122,9 +104,9 @@ async def test_an_ask_on_an_open_websocket_gets_unavailable_then_the_close() -> 
 async def test_live_answers_finish_within_the_window_and_the_drain_ends_with_them(
     answer_deltas_apart: list[float],
 ) -> None:
-    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, cookie()])
+    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, client_cookie()])
     first = await sse_until_answer_delta(sse)
-    ws = ws_communicator(cookie())
+    ws = ws_communicator(client_cookie())
     assert (await ws.connect())[0]
     await ws.send_json_to({"type": "ask", "question": QUESTION})
     ws_events = [await ws.receive_json_from(timeout=FIRST_EVENT_TIMEOUT)]
@@ -139,7 +121,7 @@ async def test_live_answers_finish_within_the_window_and_the_drain_ends_with_the
     assert (report.finished, report.interrupted, report.cancelled) == (2, 0, 0)
     sse_events = [event for _id, event in parse_sse(first + sse_body)]
     for events in (sse_events, ws_events):
-        assert_whole(events)
+        assert_whole_stream(events)
         assert events[-1]["channel"] == "meta_summary"
         assert (await recorded(events[0]["request_id"])).status == "ok"
     # The socket is closed for the client to reconnect elsewhere.
@@ -151,9 +133,9 @@ async def test_what_still_runs_when_the_window_closes_ends_with_unavailable_and_
     answer_deltas_apart: list[float],
 ) -> None:
     answer_deltas_apart[0] = 0.5  # far longer than the window
-    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, cookie()])
+    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, client_cookie()])
     first = await sse_until_answer_delta(sse)
-    ws = ws_communicator(cookie())
+    ws = ws_communicator(client_cookie())
     assert (await ws.connect())[0]
     await ws.send_json_to({"type": "ask", "question": QUESTION})
     ws_events = [await ws.receive_json_from(timeout=FIRST_EVENT_TIMEOUT)]
@@ -170,7 +152,7 @@ async def test_what_still_runs_when_the_window_closes_ends_with_unavailable_and_
     assert report.interrupted == 2
     sse_events = [event for _id, event in parse_sse(first + sse_body)]
     for events in (sse_events, ws_events):
-        assert_whole(events)
+        assert_whole_stream(events)
         terminal = events[-1]
         assert (terminal["channel"], terminal["code"], terminal["retry_after"]) == ("error", "unavailable", 1)
         message = await recorded(terminal["request_id"])

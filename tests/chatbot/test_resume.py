@@ -19,9 +19,14 @@ from tests.chatbot.helpers import (
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
     JSON_CONTENT,
+    QUESTION,
+    STREAM_CHAT,
     ask_body,
+    assert_whole_stream,
+    client_cookie,
     parse_sse,
     sse_request,
+    sse_rest,
     sse_start,
     sse_until_answer_delta,
     ws_communicator,
@@ -30,9 +35,6 @@ from tests.chatbot.helpers import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STREAM_CHAT = "/api/v1/rag/ask/stream_chat"
-QUESTION = "How do I reset my password?"
-
 
 @pytest.fixture(autouse=True)
 def fresh_registry() -> Iterator[replay.StreamRegistry]:
@@ -40,19 +42,8 @@ def fresh_registry() -> Iterator[replay.StreamRegistry]:
     replay.stream_registry_reset()
 
 
-def client_cookie() -> tuple[bytes, bytes]:
-    return (b"cookie", f"hc_client={uuid.uuid4().hex}".encode())
-
-
 def resume_path(request_id: str) -> str:
     return f"/api/v1/rag/ask/stream/{request_id}"
-
-
-def assert_exactly_once(events: list[dict[str, Any]]) -> None:
-    """seq 1..n, each once, one request, one terminal at the end."""
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert len({e["request_id"] for e in events}) == 1
-    assert [e for e in events if e["channel"] in ("meta_summary", "error")] == [events[-1]]
 
 
 async def sse_until_answer(cookie: tuple[bytes, bytes], **extra: Any) -> tuple[Any, list[dict[str, Any]]]:
@@ -92,7 +83,7 @@ async def test_sse_resume_after_last_event_id_sends_exactly_the_missed_events(sl
     assert after.headers["content-type"].startswith("text/event-stream")
     assert after.headers["x-request-id"] == before[0]["request_id"]
     events = before + after.events()
-    assert_exactly_once(events)
+    assert_whole_stream(events)
     assert events[-1]["channel"] == "meta_summary" and events[-1]["sources"]
     assert [frame_id for frame_id, _ in after.frames()] == [e["seq"] for e in after.events()]
 
@@ -114,12 +105,7 @@ async def test_sse_resume_takes_last_event_id_from_the_query_too() -> None:
     communicator = ApplicationCommunicator(application(), scope)
     await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
     assert (await communicator.receive_output(timeout=EVENT_TIMEOUT))["status"] == 200
-    body = b""
-    while True:
-        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await sse_rest(communicator)
     assert [event for _id, event in parse_sse(body)] == events[3:]
 
 
@@ -134,7 +120,7 @@ async def test_ws_resume_on_a_new_socket_sends_exactly_the_missed_events(slow_an
     await second.send_json_to({"type": "resume", "request_id": request_id, "last_seq": before[-1]["seq"]})
     after = await ws_events(second)
     events = before + after
-    assert_exactly_once(events)
+    assert_whole_stream(events)
     assert events[-1]["channel"] == "meta_summary"
     await second.receive_nothing()
     # A resume of a finished stream from the middle repeats nothing either.
@@ -254,7 +240,7 @@ async def test_a_stream_longer_than_the_bound_refuses_a_resume_from_dropped_even
     cookie = client_cookie()
     first = await sse_request(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, cookie])
     events = first.events()
-    assert_exactly_once(events)
+    assert_whole_stream(events)
     assert len(events) > 40
     path = resume_path(events[0]["request_id"])
     refused = await sse_request(path, b"", headers=[cookie, (b"last-event-id", b"1")], method="GET")
@@ -302,7 +288,7 @@ async def test_continue_policy_keeps_the_run_going_to_the_end(slow_answers: None
     after = await sse_request(
         resume_path(before[0]["request_id"]), b"", headers=[cookie, (b"last-event-id", b"0")], method="GET"
     )
-    assert_exactly_once(after.events())
+    assert_whole_stream(after.events())
     answer = "".join(e["delta"] for e in after.events() if e["channel"] == "answer")
     assert answer == assistant.content
 
@@ -319,12 +305,7 @@ async def test_sse_cancel_endpoint_stops_a_continue_answer(slow_answers: None) -
 
     cancelled = await sse_request(resume_path(request_id) + "/cancel", b"{}", headers=[JSON_CONTENT, cookie])
     assert cancelled.status == 202 and cancelled.json() == {"request_id": request_id, "status": "cancelling"}
-    rest = b""
-    while True:
-        message = await communicator.receive_output(timeout=EVENT_TIMEOUT)
-        rest += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    rest = await sse_rest(communicator)
     terminal = json.loads(rest.rstrip().rsplit(b"data: ", 1)[1])
     assert terminal["channel"] == "error" and terminal["code"] == "cancelled"
     await communicator.wait(timeout=1)
@@ -381,7 +362,7 @@ async def test_another_worker_resumes_through_redis(slow_answers: None, redis_st
     resumption = await other_worker.resume(request_id, client_id=client_id, after_seq=before[-1]["seq"])
     assert resumption.local is None
     after = [event async for event in resumption.events]
-    assert_exactly_once(before + after)
+    assert_whole_stream(before + after)
     assert after[-1]["channel"] == "meta_summary"
 
     await redis_store.discard(request_id)

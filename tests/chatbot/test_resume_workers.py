@@ -9,56 +9,39 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
-from tests.daphne_workers import Worker, manage, redis_key_prefix, running_workers, shared_database
+from tests.daphne_workers import Worker, running_workers, worker_env
 
 pytestmark = pytest.mark.slow
 
-DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
 TERMINALS = ("meta_summary", "error")
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Worker, Worker]]:
+def pair() -> Iterator[tuple[Worker, Worker]]:
     redis_url = os.environ.get("REDIS_URL", "")
     if not redis_url:
         pytest.skip("a resume on another worker goes through Redis: runs with REDIS_URL set (the Redis run of CI)")
-    data_dir = tmp_path_factory.mktemp("resume-workers")
-    shutil.copytree(DEMO, data_dir / "corpus")
-    with (
-        SimulatorProcess() as simulator,
-        shared_database("resume_workers") as database_url,
-        redis_key_prefix(redis_url, "resume-workers") as prefix,
-    ):
+    with SimulatorProcess() as simulator:
         # about 25 s of answer: it is mid-stream whenever the kill comes
         simulator.start(tpot_ms=100, output_tokens=250, ttft_ms=50)
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": str(data_dir),
-            "CORPUS_DIR": str(data_dir / "corpus"),
-            "DATABASE_URL": database_url,
-            "REDIS_URL": redis_url,
-            "REDIS_PREFIX": prefix,
-            "QDRANT_URL": "",
-            "LLM_BASE_URL": simulator.base_url,
-            "RAG_SEMANTIC_CACHE_ENABLED": "false",
-            "RAG_RATE_LIMIT_PER_MINUTE": "0",
-            "PYTHONUNBUFFERED": "1",
-        }
-        manage(env, "migrate", "--noinput")
-        manage(env, "reindex")
-        with running_workers([env, env]) as (first, second):
+        with (
+            worker_env(
+                "resume-workers",
+                llm_base_url=simulator.base_url,
+                redis_url=redis_url,
+                RAG_SEMANTIC_CACHE_ENABLED="false",
+            ) as env,
+            running_workers([env, env]) as (first, second),
+        ):
             yield first, second
 
 

@@ -25,13 +25,10 @@ from tests.chatbot.helpers import (
     sse_start,
     sse_until_answer_delta,
 )
-from tests.concurrency.llm_app import (  # noqa: F401 - the *_fixture names register fixtures
+from tests.concurrency.llm_app import (
     STALLED_ANSWER,
     LLMApp,
-    app_llm_simulator_fixture,
-    app_sim_fixture,
     chat_stats,
-    llm_app_fixture,
     wait_slot_and_upstream_free,
 )
 

@@ -13,14 +13,19 @@ from channels.testing import WebsocketCommunicator
 from chatbot.models import Conversation, Message
 from chatbot.streaming import pending_records
 from concurrency.simulator.testing import SimulatorProcess
-from tests.chatbot.helpers import EVENT_TIMEOUT, FIRST_EVENT_TIMEOUT, application, ws_communicator, ws_events
-from tests.concurrency.llm_app import (  # noqa: F401 - the *_fixture names register fixtures
+from tests.chatbot.helpers import (
+    EVENT_TIMEOUT,
+    FIRST_EVENT_TIMEOUT,
+    application,
+    assert_whole_stream,
+    client_cookie,
+    ws_communicator,
+    ws_events,
+)
+from tests.concurrency.llm_app import (
     STALLED_ANSWER,
     LLMApp,
-    app_llm_simulator_fixture,
-    app_sim_fixture,
     chat_stats,
-    llm_app_fixture,
     wait_slot_and_upstream_free,
 )
 
@@ -35,11 +40,8 @@ async def connected(*headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
 
 
 def assert_one_stream(events: list[dict]) -> None:
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert len({e["request_id"] for e in events}) == 1
+    assert_whole_stream(events)
     assert all(e["source"] == "ask_stream" for e in events)
-    terminals = [e for e in events if e["channel"] in ("meta_summary", "error")]
-    assert terminals == [events[-1]]
 
 
 async def test_ask_streams_every_event_in_order_and_ends_with_a_summary_citing_the_corpus() -> None:
@@ -256,7 +258,7 @@ async def test_someone_elses_conversation_is_unknown() -> None:
 
 
 async def test_the_client_cookie_lets_a_new_socket_continue_a_conversation() -> None:
-    cookie = (b"cookie", f"hc_client={uuid.uuid4().hex}".encode())
+    cookie = client_cookie()
     first = await connected(cookie)
     await first.send_json_to({"type": "ask", "question": "How do I reset my password?"})
     conversation_id = (await ws_events(first))[-1]["conversation_id"]

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import pytest
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import User
 
-from concurrency.api import api_access_allowed
-from concurrency.live import register_stats_provider, settings_forget, worker_id
-from concurrency.manager import reset_manager
+from chatbot.apikeys.services import api_key_create
+from concurrency.access import SCOPE_READ
+from concurrency.live import register_stats_provider, worker_id
 from concurrency.selectors import workers_summary
+from tests.concurrency.manager_helpers import fresh_process_state
 
 STATUS = "/api/v1/admin/concurrency/status"
 SUMMARY = "/api/v1/admin/concurrency/summary"
@@ -39,48 +39,10 @@ BACKEND_KEYS = {
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_state(settings) -> Iterator[None]:
+def process_state(settings) -> Iterator[None]:
     settings.REDIS_URL = ""  # one worker: this process
-    settings_forget()
-    reset_manager()
-    yield
-    settings_forget()
-    reset_manager()
-
-
-# ---------------------------------------------------------------------------------------------- the check
-
-
-def user(*, staff: bool, active: bool = True) -> SimpleNamespace:
-    return SimpleNamespace(is_staff=staff, is_active=active, is_authenticated=True)
-
-
-@pytest.mark.parametrize(
-    ("who", "authorization", "token", "allowed"),
-    [
-        (user(staff=True), "", "", True),
-        (user(staff=True), "Bearer wrong", TOKEN, True),  # a staff session needs no token
-        (user(staff=True, active=False), "", "", False),
-        (user(staff=False), "", "", False),
-        (AnonymousUser(), "", "", False),
-        (None, "", "", False),
-        (AnonymousUser(), f"Bearer {TOKEN}", TOKEN, True),
-        (AnonymousUser(), f"bearer {TOKEN}", TOKEN, True),
-        (AnonymousUser(), f"  Bearer   {TOKEN}  ", TOKEN, True),
-        (user(staff=False), f"Bearer {TOKEN}", TOKEN, True),
-        (AnonymousUser(), f"Bearer {TOKEN}x", TOKEN, False),
-        (AnonymousUser(), f"Bearer {TOKEN[:-1]}", TOKEN, False),
-        (AnonymousUser(), f"Token {TOKEN}", TOKEN, False),
-        (AnonymousUser(), TOKEN, TOKEN, False),
-        (AnonymousUser(), "Bearer", TOKEN, False),
-        (AnonymousUser(), "Bearer ", TOKEN, False),
-        (AnonymousUser(), "Bearer ", "", False),  # an empty setting never matches an empty token
-        (AnonymousUser(), "Bearer anything", "", False),
-        (AnonymousUser(), "Bearer pässwörd", TOKEN, False),  # non-ASCII must not raise
-    ],
-)
-def test_api_access_allowed(who, authorization, token, allowed) -> None:
-    assert api_access_allowed(user=who, authorization=authorization, token=token) is allowed
+    with fresh_process_state():
+        yield
 
 
 # ---------------------------------------------------------------------------------------------- the views
@@ -118,6 +80,16 @@ def test_the_bearer_token_opens_the_apis_when_configured(client, settings, url) 
 
     assert client.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     assert client.get(url, headers={"Authorization": "Bearer nope"}).status_code == 403
+
+
+@pytest.mark.parametrize("url", ENDPOINTS)
+def test_the_apis_go_through_the_shared_access_check(client, url) -> None:
+    # an API key is one of the credentials of `concurrency.access`, tested there in full
+    key = api_key_create(name="script", scopes=[SCOPE_READ]).secret
+    chat_key = api_key_create(name="chat", scopes=["chat"]).secret
+
+    assert client.get(url, headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    assert client.get(url, headers={"Authorization": f"Bearer {chat_key}"}).status_code == 403
 
 
 def test_no_token_works_while_the_setting_is_empty(client, settings) -> None:

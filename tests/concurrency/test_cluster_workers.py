@@ -8,26 +8,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
-from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
-from tests.daphne_workers import Worker, manage, running_workers, shared_database
+from tests import daphne_workers
+from tests.concurrency.cluster_redis import suite_redis_url
+from tests.daphne_workers import Worker, running_workers
 
 pytestmark = pytest.mark.slow
 
-DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
 CAPACITY = 4
 QUESTIONS = [
     "How do I reset my password?",
@@ -118,29 +115,16 @@ def sim() -> Iterator[SimulatorProcess]:
 
 
 @pytest.fixture(scope="module")
-def worker_env(sim: SimulatorProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def worker_env(sim: SimulatorProcess) -> Iterator[dict[str, str]]:
     url = suite_redis_url()
-    data_dir = tmp_path_factory.mktemp("cluster-workers")
-    shutil.copytree(DEMO, data_dir / "corpus")
-    with shared_database("cluster_workers") as database_url, fresh_prefix(url, "cluster-workers") as prefix:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": str(data_dir),
-            "CORPUS_DIR": str(data_dir / "corpus"),
-            "DATABASE_URL": database_url,
-            "REDIS_URL": url,
-            "REDIS_PREFIX": prefix,
-            "QDRANT_URL": "",
-            "LLM_BASE_URL": sim.base_url,
-            "LLM_MAX_CONCURRENT_DEFAULT": str(CAPACITY),  # set once, for the whole cluster
-            "LLM_ACQUIRE_TIMEOUT": "30",
-            "RAG_RATE_LIMIT_PER_MINUTE": "0",
-            "RAG_SEMANTIC_CACHE_ENABLED": "false",
-            "PYTHONUNBUFFERED": "1",
-        }
-        manage(env, "migrate", "--noinput")
-        manage(env, "reindex")
+    with daphne_workers.worker_env(
+        "cluster-workers",
+        llm_base_url=sim.base_url,
+        redis_url=url,
+        LLM_MAX_CONCURRENT_DEFAULT=str(CAPACITY),  # set once, for the whole cluster
+        LLM_ACQUIRE_TIMEOUT="30",
+        RAG_SEMANTIC_CACHE_ENABLED="false",
+    ) as env:
         yield env
 
 

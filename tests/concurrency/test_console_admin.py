@@ -7,10 +7,10 @@ from collections.abc import Iterator
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from concurrency.live import settings_forget
-from concurrency.manager import get_manager, reset_manager
+from concurrency.manager import get_manager
 from concurrency.models import EDITABLE_FIELDS
 from concurrency.selectors import concurrency_settings_defaults, concurrency_settings_get
+from tests.concurrency.manager_helpers import fresh_process_state
 
 CONSOLE = "/admin/concurrency/concurrencysettings/console/"
 
@@ -18,13 +18,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.c
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_state(settings) -> Iterator[None]:
+def process_state(settings) -> Iterator[None]:
     settings.REDIS_URL = ""
-    settings_forget()
-    reset_manager()
-    yield
-    settings_forget()
-    reset_manager()
+    with fresh_process_state():
+        yield
 
 
 @pytest.fixture

@@ -32,17 +32,15 @@ from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
 from concurrency.worker_tasks import WorkerTasksMiddleware
 from tests.asgi_doubles import receive_unused, send_unused
+from tests.concurrency.manager_helpers import fresh_process_state
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_state() -> Iterator[None]:
-    settings_forget()
-    reset_manager()
-    yield
-    settings_forget()
-    reset_manager()
+def process_state() -> Iterator[None]:
+    with fresh_process_state():
+        yield
 
 
 @pytest.fixture

@@ -10,21 +10,7 @@ import pytest
 from concurrency.context import request_scope
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, LLMPermit
-
-
-async def settle(rounds: int = 3) -> None:
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-async def hold(m: LLMConcurrencyManager, backend: str = "b") -> LLMPermit:
-    permit = m.acquire(backend)
-    await permit.__aenter__()
-    return permit
-
-
-async def release(permit: LLMPermit) -> None:
-    await permit.__aexit__(None, None, None)
+from tests.concurrency.manager_helpers import hold, release, settle
 
 
 def assert_idle(m: LLMConcurrencyManager, backend: str = "b") -> None:

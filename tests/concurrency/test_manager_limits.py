@@ -10,24 +10,10 @@ import pytest
 from concurrency.context import current_request_context, request_scope
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, LLMPermit, with_llm_semaphore
+from tests.concurrency.manager_helpers import hold, release, settle
 
 # Far above every timeout under test: a deadline that never fires fails its test instead of hanging the suite.
 BOUND_S = 2.0
-
-
-async def settle(rounds: int = 3) -> None:
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-async def hold(m: LLMConcurrencyManager, backend: str = "b") -> LLMPermit:
-    permit = m.acquire(backend)
-    await permit.__aenter__()
-    return permit
-
-
-async def release(permit: LLMPermit) -> None:
-    await permit.__aexit__(None, None, None)
 
 
 def backend_stats(m: LLMConcurrencyManager, backend: str = "b") -> dict[str, object]:

@@ -5,36 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from concurrency.context import request_scope
-from concurrency.manager import LLMConcurrencyManager, LLMPermit
-
-
-class FakeClock:
-    """Manual monotonic clock so wait-time decisions (starvation boost) do not depend on real time."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.t = start
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
-async def settle(rounds: int = 3) -> None:
-    # Each sleep(0) lets every ready task run one step; a new task reaches its queue wait in one step.
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-async def hold(m: LLMConcurrencyManager, backend: str = "b") -> LLMPermit:
-    permit = m.acquire(backend)
-    await permit.__aenter__()
-    return permit
-
-
-async def release(permit: LLMPermit) -> None:
-    await permit.__aexit__(None, None, None)
+from concurrency.manager import LLMConcurrencyManager
+from tests.concurrency.manager_helpers import hold, release, settle
+from tests.fake_clock import FakeClock
 
 
 def start_waiter(

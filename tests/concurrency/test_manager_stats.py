@@ -13,34 +13,10 @@ import pytest
 from concurrency import manager as manager_module
 from concurrency.context import request_scope
 from concurrency.errors import BusyError
-from concurrency.manager import DEFAULT_LIMITS, LLMConcurrencyManager, LLMPermit, get_manager
+from concurrency.manager import DEFAULT_LIMITS, LLMConcurrencyManager, get_manager
 from concurrency.stats import WaitWindow, percentile
-
-
-class FakeClock:
-    def __init__(self, start: float = 1000.0) -> None:
-        self.t = start
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
-async def settle(rounds: int = 3) -> None:
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-async def hold(m: LLMConcurrencyManager, backend: str = "b") -> LLMPermit:
-    permit = m.acquire(backend)
-    await permit.__aenter__()
-    return permit
-
-
-async def release(permit: LLMPermit) -> None:
-    await permit.__aexit__(None, None, None)
+from tests.concurrency.manager_helpers import hold, release, settle
+from tests.fake_clock import FakeClock
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.test import Client
 
-from concurrency import api
-from concurrency.api import bearer_key_checker_set
-from concurrency.live import settings_forget
-from concurrency.manager import reset_manager
+from concurrency import access
+from concurrency.access import bearer_key_checker_set
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
+from tests.concurrency.manager_helpers import fresh_process_state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.concurrency.urls")]
 
@@ -23,14 +23,11 @@ READ_KEY = "key-with-admin-read"
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_state(settings) -> Iterator[None]:
+def process_state(settings) -> Iterator[None]:
     settings.REDIS_URL = ""
     settings.CONCURRENCY_API_TOKEN = "shared-read-token"
-    settings_forget()
-    reset_manager()
-    yield
-    settings_forget()
-    reset_manager()
+    with fresh_process_state():
+        yield
 
 
 @pytest.fixture
@@ -41,7 +38,7 @@ def keys() -> Iterator[None]:
     def check(*, authorization: str, scope: str) -> bool:
         return scopes.get(authorization.removeprefix("Bearer ")) == scope
 
-    registered = list(api._key_checkers)  # the project's own, as the app owning the keys registered it
+    registered = list(access._key_checkers)  # the project's own, as the app owning the keys registered it
     bearer_key_checker_set(check)
     yield
     bearer_key_checker_set(registered[0] if registered else None)
@@ -131,6 +128,21 @@ def test_who_may_read_and_who_may_write(client, keys) -> None:
     client.force_login(editor)
     assert patch(client, {"max_waiters": 3}, key=None).status_code == 200
     assert concurrency_settings_get().updated_by == editor
+
+
+def test_a_staff_session_patches_only_with_its_csrf_token(keys) -> None:
+    editor = User.objects.create_user("editor", is_staff=True)
+    editor.user_permissions.add(Permission.objects.get(codename="change_concurrencysettings"))
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(editor)
+    refused = patch(client, {"max_waiters": 3}, key=None)
+    assert refused.status_code == 403 and "CSRF" in refused.json()["error"]["message"]
+
+    client.get("/admin/")  # sets the csrftoken cookie
+    headers = {"X-CSRFToken": client.cookies["csrftoken"].value}
+    accepted = client.patch(URL, data=json.dumps({"max_waiters": 3}), content_type="application/json", headers=headers)
+    assert accepted.status_code == 200
+    assert patch(Client(enforce_csrf_checks=True), {"max_waiters": 4}).status_code == 200  # a key needs none
 
 
 def test_other_methods_are_405(client, keys) -> None:

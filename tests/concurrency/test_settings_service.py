@@ -9,22 +9,20 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
-from concurrency.live import settings_current, settings_forget
-from concurrency.manager import get_manager, reset_manager
+from concurrency.live import settings_current
+from concurrency.manager import get_manager
 from concurrency.models import ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get, concurrency_settings_snapshot, concurrency_settings_version
 from concurrency.services import concurrency_settings_update
+from tests.concurrency.manager_helpers import fresh_process_state
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_state() -> Iterator[None]:
-    settings_forget()
-    reset_manager()
-    yield
-    settings_forget()
-    reset_manager()
+def process_state() -> Iterator[None]:
+    with fresh_process_state():
+        yield
 
 
 def test_first_use_creates_the_single_row_from_the_environment_defaults(settings) -> None:

@@ -9,17 +9,7 @@ import pytest
 from django.core.cache import cache
 
 from prompts.memory import GENERATION_KEY, memory
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.fake_clock import FakeClock
 
 
 @pytest.fixture(autouse=True)

@@ -4,15 +4,8 @@ import pytest
 
 from rag.ratelimit import RateRule, RedisRateLimiter, SlidingWindowRateLimiter
 from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
+from tests.fake_clock import FakeClock
 from tests.servers import PrivateRedis
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_allows_up_to_the_limit_then_says_when_to_retry():

@@ -4,49 +4,34 @@ without cookies, against a limit of 10 a minute."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
-from tests.daphne_workers import Worker, manage, running_workers, shared_database
+from tests.concurrency.cluster_redis import suite_redis_url
+from tests.daphne_workers import Worker, running_workers, worker_env
 
 pytestmark = pytest.mark.slow
 
-DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
 LIMIT = 10
 
 
 @pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Worker, ...]]:
+def workers() -> Iterator[tuple[Worker, ...]]:
     url = suite_redis_url("rate limits shared by workers")
-    data_dir = tmp_path_factory.mktemp("ratelimit-workers")
-    shutil.copytree(DEMO, data_dir / "corpus")
-    with shared_database("ratelimit_workers") as database_url, fresh_prefix(url, "ratelimit-workers") as prefix:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": str(data_dir),
-            "CORPUS_DIR": str(data_dir / "corpus"),
-            "DATABASE_URL": database_url,
-            "REDIS_URL": url,
-            "REDIS_PREFIX": prefix,
-            "QDRANT_URL": "",
-            "LLM_BASE_URL": "",
-            "RAG_RATE_LIMIT_PER_MINUTE": str(LIMIT),
-            "RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE": "0",
-            "RAG_TRUSTED_PROXY_HOPS": "1",  # the test client plays the proxy: its X-Forwarded-For is trusted
-            "PYTHONUNBUFFERED": "1",
-        }
-        manage(env, "migrate", "--noinput")
-        manage(env, "reindex")
-        with running_workers([env, env]) as started:
-            yield started
+    with (
+        worker_env(
+            "ratelimit-workers",
+            redis_url=url,
+            RAG_RATE_LIMIT_PER_MINUTE=str(LIMIT),
+            RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE="0",
+            RAG_TRUSTED_PROXY_HOPS="1",  # the test client plays the proxy: its X-Forwarded-For is trusted
+        ) as env,
+        running_workers([env, env]) as started,
+    ):
+        yield started
 
 
 def ask(worker: Worker, forwarded_for: str, n: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -20,47 +19,21 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.daphne_workers import Worker, manage, poll, redis_key_prefix, running_workers, shared_database
+from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
 
 pytestmark = pytest.mark.slow
 
-DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
 NEW_TEXT = "\n\n## 獨角獸學習護照\n\n完成三門獨角獸課程即可領取獨角獸學習護照。\n"
 
 
-@contextlib.contextmanager
-def redis_for_workers() -> Iterator[dict[str, str]]:
-    url = os.environ.get("REDIS_URL", "")
-    if not url:
-        yield {"REDIS_URL": ""}
-        return
-    with redis_key_prefix(url, "replica-workers") as prefix:
-        yield {"REDIS_URL": url, "REDIS_PREFIX": prefix}
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[tuple[Worker, ...], dict[str, str]]]:
-    data_dir = tmp_path_factory.mktemp("replica-workers")
-    corpus = data_dir / "corpus"
-    shutil.copytree(DEMO, corpus)
-    with shared_database("replica_workers") as database_url, redis_for_workers() as redis:
-        env = {
-            **os.environ,
-            **redis,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": str(data_dir),
-            "DATABASE_URL": database_url,
-            "CORPUS_DIR": str(corpus),
-            "QDRANT_URL": "",
-            "LLM_BASE_URL": "",
-            "RAG_SEMANTIC_CACHE_ENABLED": "true",
-            "RAG_RATE_LIMIT_PER_MINUTE": "0",
-            "PYTHONUNBUFFERED": "1",
-        }
-        manage(env, "migrate", "--noinput")
-        manage(env, "reindex")
-        with running_workers([env, env]) as workers:
-            yield workers, env
+def cluster() -> Iterator[tuple[tuple[Worker, ...], dict[str, str]]]:
+    redis_url = os.environ.get("REDIS_URL", "")
+    with (
+        worker_env("replica-workers", redis_url=redis_url, RAG_SEMANTIC_CACHE_ENABLED="true") as env,
+        running_workers([env, env]) as workers,
+    ):
+        yield workers, env
 
 
 def ask(worker: Worker, question: str) -> dict[str, Any]:

@@ -19,13 +19,10 @@ from chatbot.streaming import ChatExchange, pending_records
 from concurrency.simulator.testing import SimulatorProcess
 from tests.chatbot.openai_api.conftest import MakeKey
 from tests.chatbot.openai_api.helpers import COMPLETIONS, api_request, api_start, chunks_of, completion_body
-from tests.concurrency.llm_app import (  # noqa: F401 - the *_fixture names register fixtures
+from tests.concurrency.llm_app import (
     STALLED_ANSWER,
     LLMApp,
-    app_llm_simulator_fixture,
-    app_sim_fixture,
     chat_stats,
-    llm_app_fixture,
     wait_slot_and_upstream_free,
 )
 

@@ -1,5 +1,3 @@
-import time
-
 import pytest
 
 from rag.text.language import (
@@ -46,12 +44,10 @@ def test_text_without_letters_gets_the_default():
     assert detect_language("？？") == ZH_HANT
 
 
-def test_detection_is_fast_once_warm():
-    detect_language("如何重设密码？")  # builds the converters and the per-character cache
-    started = time.perf_counter()
-    for _ in range(1000):
-        detect_language("如何重设密码？")
-    assert (time.perf_counter() - started) / 1000 < 200e-6
+def test_detection_answers_the_same_once_warm():
+    # Its per-call cost once warm is measured by scripts/bench_hot_paths.py, not asserted here.
+    first = detect_language("如何重设密码？")  # builds the converters and the per-character cache
+    assert [detect_language("如何重设密码？") for _ in range(3)] == [first] * 3 == [ZH_HANS] * 3
 
 
 def test_simplified_to_traditional_uses_taiwan_vocabulary():
