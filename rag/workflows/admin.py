@@ -16,6 +16,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from rag.runtime import BACKENDS
+from rag.workflows import selectors
+from rag.workflows.api import MAX_ID
+from rag.workflows.graphs import graph_check, node_catalogue
 from rag.workflows.models import WorkflowDraft
 
 
@@ -74,6 +77,7 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
             "backends": list(BACKENDS),
             "builderUrl": self.builder_url(),
             "changelistUrl": reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"),
+            "initial": builder_initial(draft_id),
             "api": {
                 "nodes": reverse("rag_workflows:nodes"),
                 "validate": reverse("rag_workflows:validate"),
@@ -93,3 +97,30 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
             "backends": BACKENDS,
         }
         return TemplateResponse(request, self.builder_template, context)
+
+
+def builder_initial(draft_id: int | None) -> dict[str, Any]:
+    """What the builder shows first, in the page itself: the catalogue, the drafts, the opened draft with its
+    versions, and the engine's verdict on it. Fetched one after another, these were four round trips between the
+    script's start and a usable canvas. `draft` is None for an unknown id: the script then asks the API, whose
+    404 it reports as for any other draft."""
+    initial: dict[str, Any] = {"nodes": node_catalogue(), "drafts": selectors.workflow_draft_list()}
+    if draft_id is None:
+        detail = selectors.workflow_default_detail()
+        versions: list[dict[str, Any]] = []
+    else:
+        try:
+            if draft_id > MAX_ID:
+                raise WorkflowDraft.DoesNotExist
+            draft = selectors.workflow_draft_get(draft_id=draft_id)
+        except WorkflowDraft.DoesNotExist:
+            return {**initial, "draft": None}
+        detail = selectors.workflow_draft_detail(draft)
+        versions = selectors.workflow_draft_versions(draft_id=draft_id)
+    check = graph_check(detail["graph"])
+    return {
+        **initial,
+        "draft": detail,
+        "versions": versions,
+        "check": {"valid": check.valid, "problems": check.problems},
+    }

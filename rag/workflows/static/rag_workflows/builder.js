@@ -1081,8 +1081,8 @@
 
   // ------------------------------------------------------------------------------------------------ drafts
 
-  async function loadDrafts(selectId) {
-    const data = await api("GET", config.api.drafts);
+  async function loadDrafts(selectId, preloaded) {
+    const data = preloaded ? {drafts: preloaded} : await api("GET", config.api.drafts);
     state.drafts = data.drafts;
     const select = $("gb-draft");
     select.replaceChildren(...state.drafts.map((d) => el("option", {value: String(d.id),
@@ -1090,8 +1090,10 @@
     if (selectId !== undefined) select.value = String(selectId);
   }
 
-  async function openDraft(id) {
-    const detail = id === "default" || id === null || id === undefined
+  // `preloaded` ({draft, versions, check}): what the page came with, so opening it needs no request.
+  async function openDraft(id, preloaded) {
+    const detail = preloaded ? preloaded.draft
+      : id === "default" || id === null || id === undefined
       ? await api("GET", config.api.default)
       : await api("GET", config.api.drafts + "/" + id);
     state.draft = detail;
@@ -1110,11 +1112,15 @@
     $("gb-draft").value = String(detail.id);
     const url = detail.read_only ? config.builderUrl : config.builderUrl + detail.id + "/";
     if (location.pathname !== url) history.replaceState(null, "", url);
+    if (preloaded) {
+      state.problems = preloaded.check.problems;
+      state.valid = preloaded.check.valid;
+    }
     renderAll();
     fit();
     renderCanvas();
-    validateNow();
-    loadVersions();
+    if (!preloaded) validateNow();
+    loadVersions(preloaded && preloaded.versions);
   }
 
   async function save() {
@@ -1190,14 +1196,14 @@
 
   // ------------------------------------------------------------------------------------------------ versions
 
-  async function loadVersions() {
+  async function loadVersions(preloaded) {
     const box = $("gb-versions");
     $("gb-diff").replaceChildren();
     if (!state.draft || state.draft.read_only) {
       box.replaceChildren(el("p", {class: "gb-quiet", text: "The built-in workflow has no versions. Copy it to start a draft."}));
       return;
     }
-    const data = await api("GET", draftUrl("/versions"));
+    const data = preloaded ? {versions: preloaded} : await api("GET", draftUrl("/versions"));
     state.versions = data.versions;
     const rows = state.versions.map((v, i) => el("tr", {}, [
       el("td", {}, [el("input", {type: "radio", name: "gb-diff-a", value: v.version, checked: i === 1, "aria-label": `Compare from v${v.version}`})]),
@@ -1450,7 +1456,10 @@
 
   async function start() {
     try {
-      const catalogue = await api("GET", config.api.nodes);
+      // The page carries the catalogue, the drafts and the draft it opens on (see the admin's builder_initial);
+      // the APIs are asked only for what it lacks.
+      const initial = config.initial || {};
+      const catalogue = initial.nodes || await api("GET", config.api.nodes);
       for (const type of catalogue.nodes) state.types[type.name] = type;
       // Palette in pipeline order where known, then the rest alphabetically.
       const known = Object.keys(FAMILIES);
@@ -1459,8 +1468,8 @@
         return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || a.localeCompare(b);
       });
       renderPalette();
-      await loadDrafts();
-      await openDraft(config.draftId === null ? "default" : config.draftId);
+      await loadDrafts(undefined, initial.drafts);
+      await openDraft(config.draftId === null ? "default" : config.draftId, initial.draft ? initial : undefined);
       root.classList.add("ready");
     } catch (error) {
       say("The graph builder could not start: " + error.message, "error");
