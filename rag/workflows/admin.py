@@ -14,6 +14,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from rag.runtime import BACKENDS
 from rag.workflows import selectors
@@ -42,13 +44,13 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
         name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_builder"
         return reverse(name, args=[draft_id] if draft_id is not None else [])
 
-    @admin.display(description="serving", ordering="backend")
+    @admin.display(description=_("serving"), ordering="backend")
     def serving(self, obj: WorkflowDraft) -> str:
         return f"{obj.backend} (v{obj.published_version})" if obj.published else "—"
 
     @admin.display(description="")
     def builder_link(self, obj: WorkflowDraft) -> str:
-        return format_html('<a href="{}">Open in graph builder</a>', self.builder_url(obj.pk))
+        return format_html('<a href="{}">{}</a>', self.builder_url(obj.pk), gettext("Open in graph builder"))
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
         return HttpResponseRedirect(self.builder_url())
@@ -88,7 +90,7 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
         }
         context = {
             **self.admin_site.each_context(request),
-            "title": "Graph builder",
+            "title": _("Graph builder"),
             "subtitle": None,
             "opts": self.opts,
             "app_label": self.opts.app_label,
