@@ -14,12 +14,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.translation import get_language, gettext
 from django.utils.translation import gettext_lazy as _
 
 from rag.runtime import BACKENDS
 from rag.workflows import selectors
 from rag.workflows.api import MAX_ID
+from rag.workflows.builder_words import builder_words
 from rag.workflows.graphs import graph_check, node_catalogue
 from rag.workflows.models import WorkflowDraft
 
@@ -80,6 +81,8 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
             "builderUrl": self.builder_url(),
             "changelistUrl": reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"),
             "initial": builder_initial(draft_id),
+            "language": get_language(),
+            "words": builder_words(),
             "api": {
                 "nodes": reverse("rag_workflows:nodes"),
                 "validate": reverse("rag_workflows:validate"),
