@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -15,9 +15,14 @@ from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.urls import URLPattern, path
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 from chatbot.feedback import feedback_export_rows, feedback_with_question
 from chatbot.models import Conversation, Feedback, Message
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 MESSAGE_FIELDS = (
     "role",
@@ -67,7 +72,7 @@ class ConversationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         # One query for the counts of a whole changelist page, not one per row.
         return super().get_queryset(request).annotate(_message_count=Count("messages"))
 
-    @admin.display(description="messages", ordering="_message_count")
+    @admin.display(description=_("messages"), ordering="_message_count")
     def message_count(self, obj: Conversation) -> int:
         return getattr(obj, "_message_count", 0)
 
@@ -82,7 +87,7 @@ class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = ("conversation", *MESSAGE_FIELDS)
     readonly_fields = fields
 
-    @admin.display(description="content")
+    @admin.display(description=_("content"))
     def short_content(self, obj: Message) -> str:
         return obj.content[:80] + ("…" if len(obj.content) > 80 else "")
 
@@ -99,26 +104,30 @@ def _feedback_csv(queryset: QuerySet[Feedback]) -> HttpResponse:
     return response
 
 
+# The export button's label, translated by the template below (marked here so that makemessages finds it).
+gettext_noop("Export CSV")
+
+
 @cache
 def _feedback_change_list_template() -> Any:
     # The stock changelist plus an export button that keeps the current filters and search. Kept inline so the
     # feedback admin lives in one file; built on first use, after the template engines are configured.
     return engines["django"].from_string(
-        '{% extends "admin/change_list.html" %}{% load admin_urls %}'
+        '{% extends "admin/change_list.html" %}{% load admin_urls i18n %}'
         "{% block object-tools-items %}"
         '<li><a href="{% url cl.opts|admin_urlname:\'export_csv\' %}{{ cl.get_query_string }}" class="viewlink">'
-        "Export CSV</a></li>{{ block.super }}{% endblock %}"
+        "{% translate 'Export CSV' %}</a></li>{{ block.super }}{% endblock %}"
     )
 
 
 class ScoreFilter(admin.SimpleListFilter):
     """Scores as people gave them: a thumb up or down, or a rating out of five (never a bare 0 or 1)."""
 
-    title = "score"
+    title = _("score")
     parameter_name = "score"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("up", "👍 up"), ("down", "👎 down"), *((str(n), f"{n}/5") for n in range(1, 6))]
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, StrOrPromise]]:
+        return [("up", _("👍 up")), ("down", _("👎 down")), *((str(n), f"{n}/5") for n in range(1, 6))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Feedback]) -> QuerySet[Feedback]:
         value = self.value()
@@ -155,16 +164,16 @@ class FeedbackAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Feedback]:
         return feedback_with_question(super().get_queryset(request))
 
-    @admin.display(description="question")
+    @admin.display(description=_("question"))
     def question(self, obj: Feedback) -> str:
         return getattr(obj, "question", None) or "-"
 
-    @admin.display(description="question")
+    @admin.display(description=_("question"))
     def short_question(self, obj: Feedback) -> str:
         asked = getattr(obj, "question", None) or ""
         return asked[:60] + ("…" if len(asked) > 60 else "")
 
-    @admin.display(description="answer")
+    @admin.display(description=_("answer"))
     def answer_text(self, obj: Feedback) -> str:
         return obj.message.content
 
@@ -184,21 +193,21 @@ class FeedbackAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         changelist = self.get_changelist_instance(request)
         return _feedback_csv(changelist.get_queryset(request))
 
-    @admin.action(description="Export selected feedback as CSV", permissions=["view"])
+    @admin.action(description=_("Export selected feedback as CSV"), permissions=["view"])
     def export_csv(self, request: HttpRequest, queryset: QuerySet[Feedback]) -> HttpResponse:
         return _feedback_csv(queryset)
 
-    @admin.display(description="score", ordering="score")
+    @admin.display(description=_("score"), ordering="score")
     def score_shown(self, obj: Feedback) -> str:
         if obj.kind == Feedback.Kind.THUMBS:
             return "👍" if obj.score else "👎"
         return f"{obj.score}/5"
 
-    @admin.display(description="comment")
+    @admin.display(description=_("comment"))
     def short_comment(self, obj: Feedback) -> str:
         return obj.comment[:80] + ("…" if len(obj.comment) > 80 else "")
 
-    @admin.display(description="answer")
+    @admin.display(description=_("answer"))
     def answer(self, obj: Feedback) -> str:
         content = obj.message.content
         return content[:60] + ("…" if len(content) > 60 else "")

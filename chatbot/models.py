@@ -5,18 +5,23 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Conversation(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
     # Who may continue it: "user:<pk>" for a signed-in user, "anon:<uuid>" for a browser, "cli" for the terminal.
-    client_id = models.CharField(max_length=80, db_index=True)
-    title = models.CharField(max_length=200, blank=True)
-    summary = models.TextField(blank=True, help_text="Running summary the pipeline keeps for follow-ups.")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    client_id = models.CharField(_("client id"), max_length=80, db_index=True)
+    title = models.CharField(_("title"), max_length=200, blank=True)
+    summary = models.TextField(
+        _("summary"), blank=True, help_text=_("Running summary the pipeline keeps for follow-ups.")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("conversation")
+        verbose_name_plural = _("conversations")
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["client_id", "-updated_at"])]
 
@@ -34,27 +39,31 @@ class Message(models.Model):
         FAILED = "failed", "failed"
         CANCELLED = "cancelled", "cancelled"
 
-    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
-    role = models.CharField(max_length=16, choices=Role.choices)
-    content = models.TextField(blank=True)
-    request_id = models.CharField(max_length=64, db_index=True)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OK)
-    error_code = models.CharField(max_length=32, blank=True)
-    backend = models.CharField(max_length=16, blank=True)
-    language = models.CharField(max_length=16, blank=True)
-    intent = models.CharField(max_length=32, blank=True)
-    sources = models.JSONField(default=list, blank=True)
-    usage = models.JSONField(default=dict, blank=True)
-    trace_id = models.CharField(max_length=64, blank=True)
+    conversation = models.ForeignKey(
+        Conversation, verbose_name=_("conversation"), on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(_("role"), max_length=16, choices=Role.choices)
+    content = models.TextField(_("content"), blank=True)
+    request_id = models.CharField(_("request id"), max_length=64, db_index=True)
+    status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.OK)
+    error_code = models.CharField(_("error code"), max_length=32, blank=True)
+    backend = models.CharField(_("backend"), max_length=16, blank=True)
+    language = models.CharField(_("language"), max_length=16, blank=True)
+    intent = models.CharField(_("intent"), max_length=32, blank=True)
+    sources = models.JSONField(_("sources"), default=list, blank=True)
+    usage = models.JSONField(_("usage"), default=dict, blank=True)
+    trace_id = models.CharField(_("trace id"), max_length=64, blank=True)
     # Whether the request's trace went to the Langfuse exporter when it finished (sampled and not dropped with
     # the queue full); feedback on an answer without it sends the trace before the score.
-    trace_exported = models.BooleanField(default=False)
-    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    trace_exported = models.BooleanField(_("trace exported"), default=False)
+    latency_ms = models.PositiveIntegerField(_("latency ms"), null=True, blank=True)
     # answered from the retrieved passages alone because the answer LLM failed for good
-    degraded = models.BooleanField(default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
+    degraded = models.BooleanField(_("degraded"), default=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
         ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["conversation", "created_at"])]
 
@@ -70,17 +79,19 @@ class Feedback(models.Model):
         THUMBS = "thumbs", "thumbs"
         RATING = "rating", "rating (1-5)"
 
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="feedback")
-    request_id = models.CharField(max_length=64, db_index=True)
-    trace_id = models.CharField(max_length=64, blank=True)
-    kind = models.CharField(max_length=16, choices=Kind.choices)
-    score = models.PositiveSmallIntegerField(help_text="thumbs: 1 up, 0 down; rating: 1 to 5")
-    comment = models.TextField(blank=True)
-    client_id = models.CharField(max_length=80)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    message = models.ForeignKey(Message, verbose_name=_("message"), on_delete=models.CASCADE, related_name="feedback")
+    request_id = models.CharField(_("request id"), max_length=64, db_index=True)
+    trace_id = models.CharField(_("trace id"), max_length=64, blank=True)
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices)
+    score = models.PositiveSmallIntegerField(_("score"), help_text=_("thumbs: 1 up, 0 down; rating: 1 to 5"))
+    comment = models.TextField(_("comment"), blank=True)
+    client_id = models.CharField(_("client id"), max_length=80)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("feedback")
+        verbose_name_plural = _("feedback")
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(fields=["message", "client_id"], name="feedback_one_per_message_and_client"),
@@ -89,7 +100,6 @@ class Feedback(models.Model):
                 name="feedback_score_fits_kind",
             ),
         ]
-        verbose_name_plural = "feedback"
 
     def __str__(self) -> str:
         shown = ("down", "up")[self.score] if self.kind == self.Kind.THUMBS else f"{self.score}/5"

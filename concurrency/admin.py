@@ -6,7 +6,7 @@ to it, saving goes through ``concurrency_settings_update`` (validated, versioned
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -14,34 +14,39 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from concurrency.models import BACKENDS, EDITABLE_FIELDS, ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get, concurrency_status
 from concurrency.services import concurrency_settings_update
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 # (title, description, fields) of the form's sections, in page order.
-CONSOLE_FIELDSETS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+CONSOLE_FIELDSETS: tuple[tuple[StrOrPromise, StrOrPromise, tuple[str, ...]], ...] = (
     (
-        "Concurrency limits",
-        "Concurrent LLM calls per backend in each worker. Match vLLM's --max-num-seqs divided by the workers.",
+        _("Concurrency limits"),
+        _("Concurrent LLM calls per backend in each worker. Match vLLM's --max-num-seqs divided by the workers."),
         tuple(f"limit_{b}" for b in BACKENDS),
     ),
     (
-        "Queueing",
-        "How calls wait for a slot, and when they give up with 'busy'.",
+        _("Queueing"),
+        _("How calls wait for a slot, and when they give up with 'busy'."),
         ("priority_enabled", "starvation_threshold", "acquire_timeout", "max_waiters"),
     ),
     (
-        "Requests per minute",
-        "Sliding window per backend and worker; 0 = unlimited.",
+        _("Requests per minute"),
+        _("Sliding window per backend and worker; 0 = unlimited."),
         tuple(f"rpm_{b}" for b in BACKENDS),
     ),
     (
-        "Retries and timeouts",
-        "429, 5xx, timeouts and dropped connections are retried with exponential backoff and jitter.",
+        _("Retries and timeouts"),
+        _("429, 5xx, timeouts and dropped connections are retried with exponential backoff and jitter."),
         ("retry_max_attempts", "retry_base_seconds", "retry_max_seconds", "llm_request_timeout"),
     ),
-    ("Telemetry", "", ("telemetry_sample_rate",)),
+    (_("Telemetry"), "", ("telemetry_sample_rate",)),
 )
 
 
@@ -114,7 +119,9 @@ class ConcurrencySettingsAdmin(admin.ModelAdmin):
                     form.add_error(None, exc)
                 else:
                     messages.success(
-                        request, f"Saved version {saved.version}. Every worker applies it within a second."
+                        request,
+                        gettext("Saved version %(version)d. Every worker applies it within a second.")
+                        % {"version": saved.version},
                     )
                     return HttpResponseRedirect(request.path)
             row = concurrency_settings_get()  # the form validated a modified copy: show the stored state
@@ -132,7 +139,7 @@ class ConcurrencySettingsAdmin(admin.ModelAdmin):
         status = concurrency_status()
         return {
             **self.admin_site.each_context(request),
-            "title": "LLM concurrency console",
+            "title": _("LLM concurrency console"),
             "subtitle": None,
             "opts": self.opts,
             "app_label": self.opts.app_label,

@@ -8,11 +8,17 @@ The row is a singleton (pk=1) created from the environment's seed values on firs
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 __all__ = ["BACKENDS", "EDITABLE_FIELDS", "ConcurrencySettings"]
 
@@ -23,7 +29,7 @@ MAX_LIMIT = 4096  # same bound as LLM_MAX_CONCURRENT_* in the settings
 MAX_SECONDS = 3600.0  # no wait, backoff or request should be allowed to last longer than an hour
 
 
-def _seconds(*, minimum: float, help_text: str, verbose_name: str) -> models.FloatField:
+def _seconds(*, minimum: float, help_text: StrOrPromise, verbose_name: StrOrPromise) -> models.FloatField:
     return models.FloatField(
         verbose_name,
         validators=[MinValueValidator(minimum), MaxValueValidator(MAX_SECONDS)],
@@ -33,20 +39,25 @@ def _seconds(*, minimum: float, help_text: str, verbose_name: str) -> models.Flo
 
 def _limit(backend: str) -> models.PositiveIntegerField:
     return models.PositiveIntegerField(
-        f"{backend} limit",
+        format_lazy(_("{backend} limit"), backend=backend),
         validators=[MinValueValidator(1), MaxValueValidator(MAX_LIMIT)],
-        help_text=(
-            f"Concurrent LLM calls on the {backend!r} backend: for the whole cluster with Redis, else per worker; "
-            "match vLLM's --max-num-seqs."
+        help_text=format_lazy(
+            _(
+                "Concurrent LLM calls on the '{backend}' backend: for the whole cluster with Redis, else per worker; "
+                "match vLLM's --max-num-seqs."
+            ),
+            backend=backend,
         ),
     )
 
 
 def _rpm(backend: str) -> models.PositiveIntegerField:
     return models.PositiveIntegerField(
-        f"{backend} requests/minute",
+        format_lazy(_("{backend} requests/minute"), backend=backend),
         validators=[MaxValueValidator(1_000_000)],
-        help_text=f"Sliding-window requests per minute on the {backend!r} backend; 0 = unlimited.",
+        help_text=format_lazy(
+            _("Sliding-window requests per minute on the '{backend}' backend; 0 = unlimited."), backend=backend
+        ),
     )
 
 
@@ -59,24 +70,24 @@ class ConcurrencySettings(models.Model):
     limit_embedding = _limit("embedding")
 
     priority_enabled = models.BooleanField(
-        "priority mode",
+        _("priority mode"),
         default=False,
-        help_text="Off: first come, first served. On: requests that have completed more LLM calls go first.",
+        help_text=_("Off: first come, first served. On: requests that have completed more LLM calls go first."),
     )
     starvation_threshold = _seconds(
         minimum=0.0,
-        verbose_name="starvation threshold (s)",
-        help_text="In priority mode, a call waiting this long is served before any other; 0 behaves like FIFO.",
+        verbose_name=_("starvation threshold (s)"),
+        help_text=_("In priority mode, a call waiting this long is served before any other; 0 behaves like FIFO."),
     )
     acquire_timeout = _seconds(
         minimum=0.0,
-        verbose_name="acquire timeout (s)",
-        help_text="Longest wait for a slot before the call fails with 'busy'.",
+        verbose_name=_("acquire timeout (s)"),
+        help_text=_("Longest wait for a slot before the call fails with 'busy'."),
     )
     max_waiters = models.PositiveIntegerField(
-        "max waiters",
+        _("max waiters"),
         validators=[MaxValueValidator(100_000)],
-        help_text="Calls allowed to queue per backend and worker; past it, new calls fail at once with 'busy'.",
+        help_text=_("Calls allowed to queue per backend and worker; past it, new calls fail at once with 'busy'."),
     )
 
     rpm_default = _rpm("default")
@@ -85,36 +96,44 @@ class ConcurrencySettings(models.Model):
     rpm_embedding = _rpm("embedding")
 
     retry_max_attempts = models.PositiveIntegerField(
-        "retry: max attempts",
+        _("retry: max attempts"),
         validators=[MinValueValidator(1), MaxValueValidator(50)],
-        help_text="Attempts per LLM call, the first one included.",
+        help_text=_("Attempts per LLM call, the first one included."),
     )
     retry_base_seconds = _seconds(
-        minimum=0.0, verbose_name="retry: base backoff (s)", help_text="Backoff before the first retry (doubled after)."
+        minimum=0.0,
+        verbose_name=_("retry: base backoff (s)"),
+        help_text=_("Backoff before the first retry (doubled after)."),
     )
     retry_max_seconds = _seconds(
-        minimum=0.0, verbose_name="retry: max backoff (s)", help_text="Upper bound of one backoff sleep."
+        minimum=0.0, verbose_name=_("retry: max backoff (s)"), help_text=_("Upper bound of one backoff sleep.")
     )
     llm_request_timeout = _seconds(
         minimum=0.0,
-        verbose_name="LLM request timeout (s)",
-        help_text="Total deadline of one LLM call: slot wait, attempts and backoff included.",
+        verbose_name=_("LLM request timeout (s)"),
+        help_text=_("Total deadline of one LLM call: slot wait, attempts and backoff included."),
     )
     telemetry_sample_rate = models.FloatField(
-        "telemetry sample rate",
+        _("telemetry sample rate"),
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
-        help_text="Share of requests traced to Langfuse, from 0 (none) to 1 (all).",
+        help_text=_("Share of requests traced to Langfuse, from 0 (none) to 1 (all)."),
     )
 
-    version = models.PositiveIntegerField(default=1, editable=False)
-    updated_at = models.DateTimeField(auto_now=True)
+    version = models.PositiveIntegerField(_("version"), default=1, editable=False)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     updated_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("updated by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
     )
 
     class Meta:
-        verbose_name = "LLM concurrency settings"
-        verbose_name_plural = "LLM concurrency settings"
+        verbose_name = _("LLM concurrency settings")
+        verbose_name_plural = _("LLM concurrency settings")
 
     def __str__(self) -> str:
         return f"LLM concurrency settings v{self.version}"

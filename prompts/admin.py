@@ -18,6 +18,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from prompts.catalogue import CATALOGUE, PRODUCTION, STAGING
 from prompts.errors import PromptError
@@ -28,7 +30,7 @@ from prompts.services import prompt_diff, prompt_label_move, prompt_rollback, pr
 
 
 class LabelFilter(admin.SimpleListFilter):
-    title = "label"
+    title = _("label")
     parameter_name = "label"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
@@ -68,8 +70,11 @@ class PromptAdmin(admin.ModelAdmin):
         if obj is None:
             return [(None, {"fields": ("name", *new_version)})]
         return [
-            ("This version", {"fields": ("name", "version", "labels", "author", "created_at")}),
-            ("Save as a new version", {"fields": new_version, "description": "Saving never changes this version."}),
+            (_("This version"), {"fields": ("name", "version", "labels", "author", "created_at")}),
+            (
+                _("Save as a new version"),
+                {"fields": new_version, "description": _("Saving never changes this version.")},
+            ),
         ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Prompt | None = None) -> Any:
@@ -91,7 +96,9 @@ class PromptAdmin(admin.ModelAdmin):
             for label in labels:  # same text and config: the labels go to the edited version itself
                 _copy_row(obj, prompt_label_move(name=obj.name, label=label, version=obj.version))
             if not labels:
-                self.message_user(request, "Template and config unchanged: no new version created.", messages.INFO)
+                self.message_user(
+                    request, gettext("Template and config unchanged: no new version created."), messages.INFO
+                )
             return
         created = prompt_version_create(
             name=form.prompt_name() or obj.name,
@@ -105,8 +112,8 @@ class PromptAdmin(admin.ModelAdmin):
         if edited_version is not None:
             self.message_user(
                 request,
-                f"Saved as {created}; v{edited_version} is unchanged. Labels of the new version: "
-                f"{', '.join(created.labels)}.",
+                gettext("Saved as %(new)s; v%(old)d is unchanged. Labels of the new version: %(labels)s.")
+                % {"new": created, "old": edited_version, "labels": ", ".join(created.labels)},
                 messages.SUCCESS,
             )
 
@@ -114,11 +121,11 @@ class PromptAdmin(admin.ModelAdmin):
         return False  # versions are history; roll back by moving a label instead
 
     # --- changelist columns --------------------------------------------------------------------------------
-    @admin.display(description="version", ordering="version")
+    @admin.display(description=_("version"), ordering="version")
     def version_display(self, obj: Prompt) -> str:
         return f"v{obj.version}"
 
-    @admin.display(description="labels")
+    @admin.display(description=_("labels"))
     def labels_display(self, obj: Prompt) -> str:
         return format_html_join(
             " ",
@@ -133,24 +140,32 @@ class PromptAdmin(admin.ModelAdmin):
             by_name[name].append(version)
         for name, versions in sorted(by_name.items()):
             if len(versions) != 1:
-                self.message_user(request, f"{name}: select one version to promote to {label}.", messages.ERROR)
+                self.message_user(
+                    request,
+                    gettext("%(name)s: select one version to promote to %(label)s.") % {"name": name, "label": label},
+                    messages.ERROR,
+                )
                 continue
             try:
                 moved = prompt_label_move(name=name, label=label, version=versions[0])
             except PromptError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
-                self.message_user(request, f"{moved} is now {label}.", messages.SUCCESS)
+                self.message_user(
+                    request,
+                    gettext("%(prompt)s is now %(label)s.") % {"prompt": moved, "label": label},
+                    messages.SUCCESS,
+                )
 
-    @admin.action(description="Promote the selected version to production", permissions=["change"])
+    @admin.action(description=_("Promote the selected version to production"), permissions=["change"])
     def promote_production(self, request: HttpRequest, queryset: QuerySet[Prompt]) -> None:
         self._promote(request, queryset, PRODUCTION)
 
-    @admin.action(description="Promote the selected version to staging", permissions=["change"])
+    @admin.action(description=_("Promote the selected version to staging"), permissions=["change"])
     def promote_staging(self, request: HttpRequest, queryset: QuerySet[Prompt]) -> None:
         self._promote(request, queryset, STAGING)
 
-    @admin.action(description="Roll back production to the previous version", permissions=["change"])
+    @admin.action(description=_("Roll back production to the previous version"), permissions=["change"])
     def rollback_production(self, request: HttpRequest, queryset: QuerySet[Prompt]) -> None:
         for name in sorted(set(queryset.values_list("name", flat=True))):
             try:
@@ -158,13 +173,17 @@ class PromptAdmin(admin.ModelAdmin):
             except PromptError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
-                self.message_user(request, f"Rolled back: {moved} is now production.", messages.SUCCESS)
+                self.message_user(
+                    request, gettext("Rolled back: %(prompt)s is now production.") % {"prompt": moved}, messages.SUCCESS
+                )
 
-    @admin.action(description="Compare the two selected versions", permissions=["view"])
+    @admin.action(description=_("Compare the two selected versions"), permissions=["view"])
     def compare_selected(self, request: HttpRequest, queryset: QuerySet[Prompt]) -> HttpResponse | None:
         rows = sorted(queryset.values_list("name", "version"))
         if len(rows) != 2 or rows[0][0] != rows[1][0]:
-            self.message_user(request, "Select exactly two versions of the same prompt to compare.", messages.ERROR)
+            self.message_user(
+                request, gettext("Select exactly two versions of the same prompt to compare."), messages.ERROR
+            )
             return None
         return HttpResponseRedirect(self._compare_url(rows[0][0], rows[0][1], rows[1][1]))
 
@@ -190,7 +209,7 @@ class PromptAdmin(admin.ModelAdmin):
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Compare prompt versions",
+            "title": _("Compare prompt versions"),
             "names": sorted(CATALOGUE),
             "name": name,
             "versions": versions,
@@ -200,7 +219,7 @@ class PromptAdmin(admin.ModelAdmin):
         }
         if not versions:
             if name:
-                context["error"] = f"No versions of {name!r}."
+                context["error"] = gettext("No versions of '%(name)s'.") % {"name": name}
             return TemplateResponse(request, "admin/prompts/prompt/compare.html", context)
         # Defaults: the production version against the newest one.
         production = next((v for v, labels in versions if PRODUCTION in labels), versions[-1][0])
@@ -225,7 +244,7 @@ class PromptAdmin(admin.ModelAdmin):
         prompt = get_object_or_404(Prompt, pk=object_id)
         change_url = reverse("admin:prompts_prompt_change", args=[prompt.pk], current_app=self.admin_site.name)
         if label not in ASSIGNABLE_LABELS:
-            self.message_user(request, f"Unknown label {label!r}.", messages.ERROR)
+            self.message_user(request, gettext("Unknown label '%(label)s'.") % {"label": label}, messages.ERROR)
             return HttpResponseRedirect(change_url)
         try:
             moved = prompt_label_move(name=prompt.name, label=label, version=prompt.version)
@@ -233,7 +252,11 @@ class PromptAdmin(admin.ModelAdmin):
             self.message_user(request, str(exc), messages.ERROR)
         else:
             self.log_change(request, moved, [{"changed": {"fields": ["labels"]}}])
-            self.message_user(request, format_html("{} is now <b>{}</b>.", moved, label), messages.SUCCESS)
+            self.message_user(
+                request,
+                format_html(gettext("{prompt} is now <b>{label}</b>."), prompt=moved, label=label),
+                messages.SUCCESS,
+            )
         return HttpResponseRedirect(change_url)
 
     def change_view(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from prompts.catalogue import CATALOGUE, PRODUCTION, STAGING
 from prompts.errors import PromptValidationError
@@ -23,11 +25,11 @@ class PromptVersionForm(forms.ModelForm):
 
     name = forms.ChoiceField(choices=[(name, name) for name in sorted(CATALOGUE)])
     also_label = forms.MultipleChoiceField(
-        label="Labels for the new version",
+        label=_("Labels for the new version"),
         choices=[(label, label) for label in ASSIGNABLE_LABELS],
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="Moved from the version that holds them now. 'latest' follows the newest version by itself.",
+        help_text=_("Moved from the version that holds them now. 'latest' follows the newest version by itself."),
     )
 
     class Meta:
@@ -46,11 +48,13 @@ class PromptVersionForm(forms.ModelForm):
             self.fields.pop("name", None)  # a version's name is fixed; it is shown read-only
             self.initial["note"] = ""  # the note describes the new version, not the edited one
             if "template" in self.fields:
-                self.fields["template"].help_text = f"Allowed variables: {_variables_help(self.instance.name)}."
+                self.fields["template"].help_text = gettext("Allowed variables: %(variables)s.") % {
+                    "variables": _variables_help(self.instance.name)
+                }
         elif "template" in self.fields:
-            self.fields["template"].help_text = "Allowed variables: " + "; ".join(
-                f"{name}: {_variables_help(name)}" for name in sorted(CATALOGUE)
-            )
+            self.fields["template"].help_text = gettext("Allowed variables: %(variables)s.") % {
+                "variables": "; ".join(f"{name}: {_variables_help(name)}" for name in sorted(CATALOGUE))
+            }
 
     def prompt_name(self) -> str | None:
         return self.instance.name if self.instance.pk else self.cleaned_data.get("name")

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 
 class Prompt(models.Model):
@@ -12,18 +13,29 @@ class Prompt(models.Model):
     move labels under a row lock, since a JSON list cannot carry a unique constraint portably.
     """
 
-    name = models.SlugField(max_length=100, help_text="Catalogue name, e.g. planner-system.")
-    version = models.PositiveIntegerField()
-    labels = models.JSONField(default=list, blank=True, help_text='e.g. ["production", "latest"]')
-    template = models.TextField(help_text="Text with {{variable}} placeholders.")
-    config = models.JSONField(default=dict, blank=True, help_text="LLM call hints: model, temperature, max_tokens.")
-    author = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    name = models.SlugField(_("name"), max_length=100, help_text=_("Catalogue name, e.g. planner-system."))
+    version = models.PositiveIntegerField(_("version"))
+    labels = models.JSONField(_("labels"), default=list, blank=True, help_text=_('e.g. ["production", "latest"]'))
+    template = models.TextField(_("template"), help_text=_("Text with {{variable}} placeholders."))
+    config = models.JSONField(
+        _("config"), default=dict, blank=True, help_text=_("LLM call hints: model, temperature, max_tokens.")
     )
-    note = models.CharField(max_length=500, blank=True, help_text="What changed and why (commit message).")
-    created_at = models.DateTimeField(auto_now_add=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("author"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    note = models.CharField(
+        _("note"), max_length=500, blank=True, help_text=_("What changed and why (commit message).")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("prompt")
+        verbose_name_plural = _("prompts")
         ordering = ["name", "-version"]
         constraints = [
             models.UniqueConstraint(fields=["name", "version"], name="prompts_prompt_name_version_unique"),

@@ -17,10 +17,30 @@ def po_entries(path: Path) -> dict[str, str]:
         match = re.search(r'^msgid ((?:".*"\n)+)msgstr ((?:".*"\n?)+)', block + "\n", re.MULTILINE)
         if not match:
             continue
-        msgid, msgstr = ("".join(re.findall(r'"(.*)"', part)) for part in match.groups())
+        msgid, msgstr = (unescape("".join(re.findall(r'"(.*)"', part))) for part in match.groups())
         if msgid and msgstr:
-            entries[msgid.encode().decode("unicode_escape").encode("latin-1").decode()] = msgstr
+            entries[msgid] = msgstr
     return entries
+
+
+def po_plural_entries(path: Path) -> dict[tuple[str, str], str]:
+    """(msgid, msgid_plural) -> msgstr[0] of a .po file's translated plural entries (zh-hant has one form)."""
+    entries = {}
+    for block in path.read_text(encoding="utf-8").split("\n\n"):
+        match = re.search(
+            r'^msgid ((?:".*"\n)+)msgid_plural ((?:".*"\n)+)msgstr\[0\] ((?:".*"\n?)+)', block + "\n", re.MULTILINE
+        )
+        if not match:
+            continue
+        msgid, plural, msgstr = (unescape("".join(re.findall(r'"(.*)"', part))) for part in match.groups())
+        if msgstr:
+            entries[msgid, plural] = msgstr
+    return entries
+
+
+def unescape(text: str) -> str:
+    """A .po string's escapes (\\", \\n) undone, as msgfmt does; non-ASCII text kept as it is."""
+    return text.encode().decode("unicode_escape").encode("latin-1").decode()
 
 
 def test_the_compiled_catalogue_holds_every_translation_of_its_source() -> None:
@@ -30,3 +50,13 @@ def test_the_compiled_catalogue_holds_every_translation_of_its_source() -> None:
     assert "Documents and index jobs" in entries
     for msgid, msgstr in entries.items():
         assert compiled.gettext(msgid) == msgstr, f"django.mo is older than django.po for {msgid!r}: compilemessages"
+
+
+def test_the_compiled_catalogue_holds_every_plural_translation_of_its_source() -> None:
+    with (CATALOGUE / "django.mo").open("rb") as handle:
+        compiled = gettext.GNUTranslations(handle)
+    entries = po_plural_entries(CATALOGUE / "django.po")
+    assert ("%(count)d key revoked.", "%(count)d keys revoked.") in entries
+    for (msgid, plural), msgstr in entries.items():
+        for n in (1, 2):
+            assert compiled.ngettext(msgid, plural, n) == msgstr, f"django.mo is older than django.po for {msgid!r}"

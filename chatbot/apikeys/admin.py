@@ -11,6 +11,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from chatbot.apikeys.models import SCOPES, ApiKey
 from chatbot.apikeys.services import api_key_create, api_key_revoke, scopes_clean
@@ -23,7 +25,8 @@ class ApiKeyForm(forms.ModelForm):
         choices=[(scope, scope) for scope in SCOPES],
         widget=forms.CheckboxSelectMultiple,
         initial=["chat"],
-        help_text="chat: the OpenAI-compatible API; admin-read / admin-write: the concurrency APIs",
+        label=_("scopes"),
+        help_text=_("chat: the OpenAI-compatible API; admin-read / admin-write: the concurrency APIs"),
     )
 
     class Meta:
@@ -39,7 +42,7 @@ class ApiKeyForm(forms.ModelForm):
     def clean_expires_at(self) -> Any:
         expires_at = self.cleaned_data.get("expires_at")
         if expires_at is not None and expires_at <= timezone.now() and not self.instance.pk:
-            raise forms.ValidationError("the expiry is in the past")
+            raise forms.ValidationError(gettext("the expiry is in the past"))
         return expires_at
 
 
@@ -67,17 +70,17 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiKey]:
         return super().get_queryset(request).select_related("owner")
 
-    @admin.display(description="scopes")
+    @admin.display(description=_("scopes"))
     def scope_list(self, obj: ApiKey) -> str:
         return ", ".join(obj.scopes or [])
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, obj: ApiKey) -> str:
         if obj.revoked_at is not None:
-            return "revoked"
+            return gettext("revoked")
         if obj.expires_at is not None and obj.expires_at <= timezone.now():
-            return "expired"
-        return "active"
+            return gettext("expired")
+        return gettext("active")
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm, change: bool) -> None:
         if change:
@@ -103,7 +106,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": f"API key {key.prefix}… created",
+            "title": gettext("API key %(prefix)s… created") % {"prefix": key.prefix},
             "key": key,
             "secret": secret,
             "base_url": request.build_absolute_uri("/v1"),
@@ -111,10 +114,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
         # The admin's views are never_cache already (no-store): the page with the secret stays in no cache.
         return TemplateResponse(request, self.created_template, context)
 
-    @admin.action(description="Revoke the selected keys (at once, on every worker)")
+    @admin.action(description=_("Revoke the selected keys (at once, on every worker)"))
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = 0
         for key in queryset.filter(revoked_at__isnull=True):
             api_key_revoke(prefix=key.prefix)
             count += 1
-        self.message_user(request, f"{count} key(s) revoked.", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("%(count)d key revoked.", "%(count)d keys revoked.", count) % {"count": count},
+            messages.SUCCESS,
+        )

@@ -1,10 +1,11 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class ApiKeysConfig(AppConfig):
     name = "chatbot.apikeys"
     label = "apikeys"
-    verbose_name = "API keys"
+    verbose_name = _("API keys")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

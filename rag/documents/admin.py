@@ -8,7 +8,8 @@ a job's page follows its progress through the job API.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.conf import settings
@@ -21,6 +22,8 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.text import format_lazy
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
@@ -35,6 +38,9 @@ from rag.documents.services import (
     upload_save,
 )
 from rag.documents.sources import UPLOAD_SUFFIXES, PathNotAllowed, corpus_dir, path_allowed, uploads_dir
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 # --- forms ----------------------------------------------------------------------------------------------------
 
@@ -59,21 +65,30 @@ class UploadForm(forms.Form):
     # The form's metaclass moves declared fields off the class, so this does not shadow `BaseForm.files` (the
     # uploaded files) at run time; the stubs see a class attribute.
     files = MultipleFileField(  # type: ignore[assignment]
-        help_text=f"Markdown, text, HTML, PDF or SQuAD JSON; at most {MAX_UPLOAD_BYTES // (1024 * 1024)} MB each. "
-        "A file with the name of an earlier upload replaces it."
+        label=_("Files"),
+        help_text=format_lazy(
+            _(
+                "Markdown, text, HTML, PDF or SQuAD JSON; at most {megabytes} MB each. A file with the name of an "
+                "earlier upload replaces it."
+            ),
+            megabytes=MAX_UPLOAD_BYTES // (1024 * 1024),
+        ),
     )
-    index_now = forms.BooleanField(required=False, initial=True, label="Start an index job for these files")
+    index_now = forms.BooleanField(required=False, initial=True, label=_("Start an index job for these files"))
 
 
 class ReindexForm(forms.Form):
     paths = forms.CharField(
+        label=_("Paths"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
-        help_text="One file or folder per line, absolute or relative to the corpus folder; empty means the whole "
-        "corpus folder. Only the corpus and uploads folders can be indexed.",
+        help_text=_(
+            "One file or folder per line, absolute or relative to the corpus folder; empty means the whole "
+            "corpus folder. Only the corpus and uploads folders can be indexed."
+        ),
     )
-    format = forms.ChoiceField(choices=IndexFormat.choices, initial=IndexFormat.AUTO)
-    full = forms.BooleanField(required=False, help_text="Re-embed every document, changed or not.")
+    format = forms.ChoiceField(label=_("Format"), choices=IndexFormat.choices, initial=IndexFormat.AUTO)
+    full = forms.BooleanField(label=_("Full"), required=False, help_text=_("Re-embed every document, changed or not."))
 
     def clean_paths(self) -> list[str]:
         lines = [line.strip() for line in self.cleaned_data["paths"].splitlines() if line.strip()]
@@ -85,7 +100,10 @@ class ReindexForm(forms.Form):
 
 class BackfillForm(forms.Form):
     limit = forms.IntegerField(
-        required=False, min_value=1, help_text="Describe at most this many chunks (empty: every chunk without one)."
+        label=_("Limit"),
+        required=False,
+        min_value=1,
+        help_text=_("Describe at most this many chunks (empty: every chunk without one)."),
     )
 
 
@@ -142,7 +160,7 @@ class DocumentAdmin(admin.ModelAdmin):
             .annotate(described_n=Count("chunks", filter=Q(chunks__described_at__isnull=False)))
         )
 
-    @admin.display(description="described", ordering="described_n")
+    @admin.display(description=_("described"), ordering="described_n")
     def described(self, obj: Document) -> str:
         return f"{getattr(obj, 'described_n', 0)}/{obj.chunk_count}"
 
@@ -173,7 +191,7 @@ class DocumentAdmin(admin.ModelAdmin):
                 continue
         if not paths:
             self.message_user(
-                request, "None of the selected documents has a source in an indexable folder.", messages.ERROR
+                request, gettext("None of the selected documents has a source in an indexable folder."), messages.ERROR
             )
             return None
         job = index_job_create(paths=paths, created_by=request.user, created_from="admin")
@@ -229,19 +247,28 @@ class DocumentAdmin(admin.ModelAdmin):
             else:
                 names = ", ".join(p.name for p in saved)
                 if not form.cleaned_data["index_now"]:
-                    self.message_user(request, f"Uploaded {names} into {uploads_dir()}.", messages.SUCCESS)
+                    uploaded = gettext("Uploaded %(names)s into %(folder)s.") % {
+                        "names": names,
+                        "folder": uploads_dir(),
+                    }
+                    self.message_user(request, uploaded, messages.SUCCESS)
                     return HttpResponseRedirect(reverse("admin:rag_documents_document_changelist"))
                 job = index_job_create(paths=saved, created_by=request.user, created_from="admin")
-                self.message_user(request, f"Uploaded {names}; index job #{job.pk} indexes them.", messages.SUCCESS)
+                uploaded = gettext("Uploaded %(names)s; index job #%(job)d indexes them.") % {
+                    "names": names,
+                    "job": job.pk,
+                }
+                self.message_user(request, uploaded, messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Upload documents",
+            "title": _("Upload documents"),
             "form": form,
             "multipart": True,
-            "submit_label": "Upload",
-            "intro": f"Files are saved in {uploads_dir()} and indexed with the corpus ({corpus_dir()}).",
+            "submit_label": _("Upload"),
+            "intro": gettext("Files are saved in %(uploads)s and indexed with the corpus (%(corpus)s).")
+            % {"uploads": uploads_dir(), "corpus": corpus_dir()},
         }
         return TemplateResponse(request, "admin/rag_documents/form_page.html", context)
 
@@ -261,6 +288,24 @@ def _report_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
     return "-" if value in (None, "") else str(value)
+
+
+def _job_name(job: Job) -> str:
+    """A job as messages name it: its kind in the page's language and its number ("index job #7")."""
+    return gettext("%(kind)s #%(id)d") % {"kind": job._meta.verbose_name, "id": job.pk}
+
+
+def _job_words() -> dict[str, str]:
+    """The texts the job page's script rewrites as the job runs, in the page's language."""
+    return {
+        "pathsRead": gettext("paths read"),
+        "chunks": gettext("chunks"),
+        "cancelling": gettext("cancelling"),
+        "counts": gettext(
+            "added {added}, updated {updated}, unchanged {unchanged}, deleted {deleted}, skipped {skipped}, "
+            "failed {failed}"
+        ),
+    }
 
 
 def _deletable(source: str) -> bool:
@@ -295,7 +340,7 @@ class JobAdmin(admin.ModelAdmin):
         "heartbeat_at",
     )
 
-    @admin.display(description="progress")
+    @admin.display(description=_("progress"))
     def progress(self, obj: Job) -> str:
         return format_html(
             '<progress max="100" value="{}" style="width:8em"></progress> {}/{}',
@@ -304,7 +349,7 @@ class JobAdmin(admin.ModelAdmin):
             obj.progress_total,
         )
 
-    @admin.display(description="report")
+    @admin.display(description=_("report"))
     def report_shown(self, obj: Job) -> str:
         report = obj.report or {}
         if not report:
@@ -316,10 +361,11 @@ class JobAdmin(admin.ModelAdmin):
         )
         return format_html('<dl class="rag-report">{}</dl>', rows)
 
-    @admin.display(description="outcome")
+    @admin.display(description=_("outcome"))
     def outcome(self, obj: Job) -> str:
-        parts = [f"{name} {getattr(obj, name)}" for name in ("added", "updated", "deleted", "skipped", "failed")]
-        return ", ".join(part for part in parts if not part.endswith(" 0")) or "-"
+        labels = {field.name: field.verbose_name for field in obj._meta.concrete_fields}
+        counts = [(name, getattr(obj, name)) for name in ("added", "updated", "deleted", "skipped", "failed")]
+        return ", ".join(f"{labels[name]} {count}" for name, count in counts if count) or "-"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # jobs are started with the "Start" button, which goes through the service
@@ -342,19 +388,26 @@ class JobAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    @admin.action(description="Cancel the selected jobs")
+    @admin.action(description=_("Cancel the selected jobs"))
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         cancelled = sum(job_cancel(job=job) for job in queryset if not job.finished)
-        self.message_user(request, f"Cancel requested for {cancelled} job(s).", messages.SUCCESS)
+        requested = ngettext(
+            "Cancel requested for %(count)d job.", "Cancel requested for %(count)d jobs.", cancelled
+        ) % {"count": cancelled}
+        self.message_user(request, requested, messages.SUCCESS)
 
     def cancel_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         job = get_object_or_404(self.model, pk=object_id)
         if job_cancel(job=job):
-            self.message_user(request, f"Cancel requested for {job}.", messages.SUCCESS)
+            self.message_user(
+                request, gettext("Cancel requested for %(job)s.") % {"job": _job_name(job)}, messages.SUCCESS
+            )
         else:
-            self.message_user(request, f"{job} has already finished.", messages.WARNING)
+            self.message_user(
+                request, gettext("%(job)s has already finished.") % {"job": _job_name(job)}, messages.WARNING
+            )
         return HttpResponseRedirect(
             reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[job.pk])
         )
@@ -373,28 +426,33 @@ class JobAdmin(admin.ModelAdmin):
             "status_url": reverse(f"rag-{self.kind}-job", kwargs={"job_id": int(object_id)}),
             "cancel_url": reverse("admin:{}_{}_cancel".format(*info), args=[int(object_id)]),
             "job_object": self.model.objects.filter(pk=object_id).first(),
+            "job_words_json": json.dumps(_job_words(), ensure_ascii=False),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, extra)
 
-    start_label = "Start"
+    start_label = _("Start")
 
     def start_view(self, request: HttpRequest) -> HttpResponse:
         raise NotImplementedError
 
-    def _form_page(self, request: HttpRequest, form: forms.Form, *, title: str, intro: str = "") -> HttpResponse:
+    def _form_page(
+        self, request: HttpRequest, form: forms.Form, *, title: StrOrPromise, intro: StrOrPromise = ""
+    ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": title,
             "form": form,
-            "submit_label": "Start",
+            "submit_label": _("Start"),
             "intro": intro,
         }
         return TemplateResponse(request, "admin/rag_documents/form_page.html", context)
 
     def _started(self, request: HttpRequest, job: Job) -> HttpResponse:
-        self.message_user(request, f"{job} is queued; this page follows it.", messages.SUCCESS)
+        self.message_user(
+            request, gettext("%(job)s is queued; this page follows it.") % {"job": _job_name(job)}, messages.SUCCESS
+        )
         return HttpResponseRedirect(
             reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[job.pk])
         )
@@ -407,7 +465,7 @@ class JobAdmin(admin.ModelAdmin):
 @admin.register(IndexJob)
 class IndexJobAdmin(JobAdmin):
     kind = "index"
-    start_label = "Start a reindex"
+    start_label = _("Start a reindex")
     list_display = ("__str__", "status", "progress", "outcome", "paths_short", "full", "created_by", "created_at")
     readonly_fields = (
         "paths",
@@ -421,11 +479,11 @@ class IndexJobAdmin(JobAdmin):
     )
     fields = readonly_fields
 
-    @admin.display(description="paths")
+    @admin.display(description=_("paths"))
     def paths_short(self, obj: IndexJob) -> str:
         paths = list(obj.paths or [])
         if not paths:
-            return "(corpus folder)"
+            return gettext("(corpus folder)")
         return ", ".join(paths[:2]) + (f" +{len(paths) - 2}" if len(paths) > 2 else "")
 
     def start_view(self, request: HttpRequest) -> HttpResponse:
@@ -440,17 +498,17 @@ class IndexJobAdmin(JobAdmin):
                 created_from="admin",
             )
             return self._started(request, job)
-        intro = (
+        intro = _(
             "Only changed documents are embedded again; documents removed from these paths are removed from the "
             "index. The index switches at once when the job has finished."
         )
-        return self._form_page(request, form, title="Start a reindex", intro=intro)
+        return self._form_page(request, form, title=_("Start a reindex"), intro=intro)
 
 
 @admin.register(BackfillJob)
 class BackfillJobAdmin(JobAdmin):
     kind = "backfill"
-    start_label = "Start a backfill"
+    start_label = _("Start a backfill")
     list_display = ("__str__", "status", "progress", "outcome", "limit", "created_by", "created_at")
     readonly_fields = ("limit", *JobAdmin.common_readonly)
     fields = readonly_fields
@@ -461,15 +519,15 @@ class BackfillJobAdmin(JobAdmin):
         if not settings.LLM_BASE_URL:
             self.message_user(
                 request,
-                "No LLM is configured (LLM_BASE_URL): backfill needs one to write descriptions.",
+                gettext("No LLM is configured (LLM_BASE_URL): backfill needs one to write descriptions."),
                 messages.ERROR,
             )
             return HttpResponseRedirect(reverse("admin:rag_documents_backfilljob_changelist"))
         if request.method == "POST" and form.is_valid():
             job = backfill_job_create(limit=form.cleaned_data["limit"], created_by=request.user, created_from="admin")
             return self._started(request, job)
-        intro = (
+        intro = _(
             "The LLM writes a short Traditional Chinese and English description of every chunk that has none; "
             "descriptions become searchable text of their chunk."
         )
-        return self._form_page(request, form, title="Start a backfill", intro=intro)
+        return self._form_page(request, form, title=_("Start a backfill"), intro=intro)

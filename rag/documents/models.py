@@ -11,6 +11,7 @@ from typing import ClassVar, Self
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 # the job log is for people: the last this many characters are kept, older lines are dropped
 JOB_LOG_LIMIT = 20_000
@@ -25,27 +26,35 @@ class DocumentStatus(models.TextChoices):
 
 
 class Document(models.Model):
-    doc_id = models.CharField(max_length=500, unique=True)
-    source = models.CharField(max_length=1000, blank=True, help_text="the file (or URI) the document was read from")
-    source_format = models.CharField(max_length=16, blank=True)
-    title = models.CharField(max_length=500)
-    url = models.CharField(max_length=1000, blank=True)
-    language = models.CharField(max_length=16, db_index=True)
-    tags = models.JSONField(default=list, blank=True)
-    kind = models.CharField(max_length=16, default="article", db_index=True)
-    form_id = models.CharField(max_length=100, blank=True)
-    form_file = models.CharField(max_length=500, blank=True, help_text="the attachment a form document offers")
-    content_hash = models.CharField(max_length=64, blank=True)
-    chunk_count = models.PositiveIntegerField(default=0)
-    status = models.CharField(
-        max_length=16, choices=DocumentStatus.choices, default=DocumentStatus.INDEXED, db_index=True
+    doc_id = models.CharField(_("doc id"), max_length=500, unique=True)
+    source = models.CharField(
+        _("source"), max_length=1000, blank=True, help_text=_("the file (or URI) the document was read from")
     )
-    status_detail = models.CharField(max_length=500, blank=True)
-    indexed_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
-    last_job = models.ForeignKey("IndexJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source_format = models.CharField(_("source format"), max_length=16, blank=True)
+    title = models.CharField(_("title"), max_length=500)
+    url = models.CharField(_("url"), max_length=1000, blank=True)
+    language = models.CharField(_("language"), max_length=16, db_index=True)
+    tags = models.JSONField(_("tags"), default=list, blank=True)
+    kind = models.CharField(_("kind"), max_length=16, default="article", db_index=True)
+    form_id = models.CharField(_("form id"), max_length=100, blank=True)
+    form_file = models.CharField(
+        _("form file"), max_length=500, blank=True, help_text=_("the attachment a form document offers")
+    )
+    content_hash = models.CharField(_("content hash"), max_length=64, blank=True)
+    chunk_count = models.PositiveIntegerField(_("chunk count"), default=0)
+    status = models.CharField(
+        _("status"), max_length=16, choices=DocumentStatus.choices, default=DocumentStatus.INDEXED, db_index=True
+    )
+    status_detail = models.CharField(_("status detail"), max_length=500, blank=True)
+    indexed_at = models.DateTimeField(_("indexed at"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    last_job = models.ForeignKey(
+        "IndexJob", verbose_name=_("last job"), null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
+        verbose_name = _("document")
+        verbose_name_plural = _("documents")
         ordering = ("doc_id",)
 
     def __str__(self) -> str:
@@ -53,17 +62,19 @@ class Document(models.Model):
 
 
 class Chunk(models.Model):
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
-    ordinal = models.PositiveIntegerField()
-    chunk_id = models.CharField(max_length=600, unique=True)
-    point_id = models.CharField(max_length=36, help_text="the point's id in the vector store")
-    heading = models.CharField(max_length=1000, blank=True)
-    text_preview = models.TextField(blank=True)
-    description_zh = models.TextField(blank=True)
-    description_en = models.TextField(blank=True)
-    described_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    document = models.ForeignKey(Document, verbose_name=_("document"), on_delete=models.CASCADE, related_name="chunks")
+    ordinal = models.PositiveIntegerField(_("ordinal"))
+    chunk_id = models.CharField(_("chunk id"), max_length=600, unique=True)
+    point_id = models.CharField(_("point id"), max_length=36, help_text=_("the point's id in the vector store"))
+    heading = models.CharField(_("heading"), max_length=1000, blank=True)
+    text_preview = models.TextField(_("text preview"), blank=True)
+    description_zh = models.TextField(_("description zh"), blank=True)
+    description_en = models.TextField(_("description en"), blank=True)
+    described_at = models.DateTimeField(_("described at"), null=True, blank=True, db_index=True)
 
     class Meta:
+        verbose_name = _("chunk")
+        verbose_name_plural = _("chunks")
         ordering = ("document", "ordinal")
         constraints = [models.UniqueConstraint(fields=("document", "ordinal"), name="rag_documents_chunk_ordinal")]
 
@@ -85,31 +96,40 @@ FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.
 class Job(models.Model):
     """What index and backfill jobs share: life cycle, progress, counts, log."""
 
-    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING, db_index=True)
-    stage = models.CharField(max_length=32, blank=True, help_text="what the job is doing now")
-    progress_done = models.PositiveIntegerField(default=0)
-    progress_total = models.PositiveIntegerField(default=0)
-    added = models.PositiveIntegerField(default=0)
-    updated = models.PositiveIntegerField(default=0)
-    unchanged = models.PositiveIntegerField(default=0)
-    deleted = models.PositiveIntegerField(default=0)
-    skipped = models.PositiveIntegerField(default=0)
-    failed = models.PositiveIntegerField(default=0)
-    # details for the summary (skip reasons, doc ids per outcome), bounded by the service that writes it
-    report = models.JSONField(default=dict, blank=True)
-    error = models.CharField(max_length=1000, blank=True)
-    log = models.TextField(blank=True)
-    cancel_requested = models.BooleanField(default=False)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    status = models.CharField(
+        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING, db_index=True
     )
-    created_from = models.CharField(max_length=32, blank=True, help_text="command, api or admin")
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    runner = models.CharField(max_length=200, blank=True, help_text="hostname:pid of the process running it")
+    stage = models.CharField(_("stage"), max_length=32, blank=True, help_text=_("what the job is doing now"))
+    progress_done = models.PositiveIntegerField(_("progress done"), default=0)
+    progress_total = models.PositiveIntegerField(_("progress total"), default=0)
+    added = models.PositiveIntegerField(_("added"), default=0)
+    updated = models.PositiveIntegerField(_("updated"), default=0)
+    unchanged = models.PositiveIntegerField(_("unchanged"), default=0)
+    deleted = models.PositiveIntegerField(_("deleted"), default=0)
+    skipped = models.PositiveIntegerField(_("skipped"), default=0)
+    failed = models.PositiveIntegerField(_("failed"), default=0)
+    # details for the summary (skip reasons, doc ids per outcome), bounded by the service that writes it
+    report = models.JSONField(_("report"), default=dict, blank=True)
+    error = models.CharField(_("error"), max_length=1000, blank=True)
+    log = models.TextField(_("log"), blank=True)
+    cancel_requested = models.BooleanField(_("cancel requested"), default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("created by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_from = models.CharField(_("created from"), max_length=32, blank=True, help_text=_("command, api or admin"))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    runner = models.CharField(
+        _("runner"), max_length=200, blank=True, help_text=_("hostname:pid of the process running it")
+    )
     # refreshed while running: a running job whose heartbeat stops was abandoned by a dead process
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
 
     # Declared for the type checker alone: an abstract model has no manager, but code that handles either kind of
     # job through `type[Job]` reaches the concrete model's `objects`.
@@ -147,26 +167,36 @@ class IndexFormat(models.TextChoices):
 
 
 class IndexJob(Job):
-    paths = models.JSONField(default=list, blank=True, help_text="files or folders; empty means CORPUS_DIR")
-    format = models.CharField(max_length=16, choices=IndexFormat.choices, default=IndexFormat.AUTO)
-    full = models.BooleanField(default=False, help_text="re-embed every document, changed or not")
-    if_empty = models.BooleanField(default=False, help_text="do nothing when the live index already has chunks")
-    chunks = models.PositiveIntegerField(default=0, help_text="chunks in the index after the job")
-    chunks_embedded = models.PositiveIntegerField(default=0)
-    collection = models.CharField(max_length=200, blank=True, help_text="the build this job published")
+    paths = models.JSONField(
+        _("paths"), default=list, blank=True, help_text=_("files or folders; empty means CORPUS_DIR")
+    )
+    format = models.CharField(_("format"), max_length=16, choices=IndexFormat.choices, default=IndexFormat.AUTO)
+    full = models.BooleanField(_("full"), default=False, help_text=_("re-embed every document, changed or not"))
+    if_empty = models.BooleanField(
+        _("if empty"), default=False, help_text=_("do nothing when the live index already has chunks")
+    )
+    chunks = models.PositiveIntegerField(_("chunks"), default=0, help_text=_("chunks in the index after the job"))
+    chunks_embedded = models.PositiveIntegerField(_("chunks embedded"), default=0)
+    collection = models.CharField(
+        _("collection"), max_length=200, blank=True, help_text=_("the build this job published")
+    )
 
     class Meta(Job.Meta):
-        verbose_name = "index job"
+        verbose_name = _("index job")
+        verbose_name_plural = _("index jobs")
 
     def __str__(self) -> str:
         return f"index job #{self.pk}"
 
 
 class BackfillJob(Job):
-    limit = models.PositiveIntegerField(null=True, blank=True, help_text="describe at most this many chunks")
+    limit = models.PositiveIntegerField(
+        _("limit"), null=True, blank=True, help_text=_("describe at most this many chunks")
+    )
 
     class Meta(Job.Meta):
-        verbose_name = "backfill job"
+        verbose_name = _("backfill job")
+        verbose_name_plural = _("backfill jobs")
 
     def __str__(self) -> str:
         return f"backfill job #{self.pk}"
@@ -179,10 +209,14 @@ class JobRunnerHeartbeat(models.Model):
     (instead of waiting forever for a server that runs no runner).
     """
 
-    runner = models.CharField(max_length=200, unique=True)
-    store = models.CharField(max_length=1000, blank=True, help_text="where the runner's vector store is")
-    started_at = models.DateTimeField()
-    seen_at = models.DateTimeField(db_index=True)
+    runner = models.CharField(_("runner"), max_length=200, unique=True)
+    store = models.CharField(_("store"), max_length=1000, blank=True, help_text=_("where the runner's vector store is"))
+    started_at = models.DateTimeField(_("started at"))
+    seen_at = models.DateTimeField(_("seen at"), db_index=True)
+
+    class Meta:
+        verbose_name = _("job runner heartbeat")
+        verbose_name_plural = _("job runner heartbeats")
 
     def __str__(self) -> str:
         return self.runner

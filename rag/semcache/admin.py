@@ -6,7 +6,7 @@ it. Deletes go through rag.semcache.services so the vector goes with the row.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -15,19 +15,24 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from rag.semcache.cache import active_cache
 from rag.semcache.models import CacheEntry
 from rag.semcache.selectors import cache_entries_summary_get
 from rag.semcache.services import cache_entries_delete, cache_entries_delete_all
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 
 class LiveFilter(admin.SimpleListFilter):
-    title = "state"
+    title = _("state")
     parameter_name = "state"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        return [("live", "Live"), ("expired", "Expired")]
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, StrOrPromise]]:
+        return [("live", _("Live")), ("expired", _("Expired"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[CacheEntry]) -> QuerySet[CacheEntry]:
         if self.value() == "live":
@@ -66,7 +71,7 @@ class CacheEntryAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: CacheEntry | None = None) -> bool:
         return False
 
-    @admin.display(description="sources")
+    @admin.display(description=_("sources"))
     def sources_display(self, obj: CacheEntry) -> str:
         rows = [
             (source.get("ref", ""), source.get("url", ""), source.get("title", ""), source.get("doc_id", ""))
@@ -106,5 +111,10 @@ class CacheEntryAdmin(admin.ModelAdmin):
         if not self.has_delete_permission(request):
             raise PermissionDenied
         deleted = cache_entries_delete_all()
-        self.message_user(request, f"Semantic cache flushed: {deleted} entries deleted.", messages.SUCCESS)
+        flushed = ngettext(
+            "Semantic cache flushed: %(count)d entry deleted.",
+            "Semantic cache flushed: %(count)d entries deleted.",
+            deleted,
+        ) % {"count": deleted}
+        self.message_user(request, flushed, messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:rag_semcache_cacheentry_changelist"))

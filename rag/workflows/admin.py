@@ -14,8 +14,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.translation import get_language, gettext
+from django.utils.translation import gettext_lazy as _
 
 from rag.runtime import BACKENDS
+from rag.workflows import selectors
+from rag.workflows.api import MAX_ID
+from rag.workflows.builder_words import builder_words
+from rag.workflows.graphs import graph_check, node_catalogue
 from rag.workflows.models import WorkflowDraft
 
 
@@ -39,13 +45,13 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
         name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_builder"
         return reverse(name, args=[draft_id] if draft_id is not None else [])
 
-    @admin.display(description="serving", ordering="backend")
+    @admin.display(description=_("serving"), ordering="backend")
     def serving(self, obj: WorkflowDraft) -> str:
         return f"{obj.backend} (v{obj.published_version})" if obj.published else "—"
 
     @admin.display(description="")
     def builder_link(self, obj: WorkflowDraft) -> str:
-        return format_html('<a href="{}">Open in graph builder</a>', self.builder_url(obj.pk))
+        return format_html('<a href="{}">{}</a>', self.builder_url(obj.pk), gettext("Open in graph builder"))
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
         return HttpResponseRedirect(self.builder_url())
@@ -74,6 +80,9 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
             "backends": list(BACKENDS),
             "builderUrl": self.builder_url(),
             "changelistUrl": reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"),
+            "initial": builder_initial(draft_id),
+            "language": get_language(),
+            "words": builder_words(),
             "api": {
                 "nodes": reverse("rag_workflows:nodes"),
                 "validate": reverse("rag_workflows:validate"),
@@ -84,7 +93,7 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
         }
         context = {
             **self.admin_site.each_context(request),
-            "title": "Graph builder",
+            "title": _("Graph builder"),
             "subtitle": None,
             "opts": self.opts,
             "app_label": self.opts.app_label,
@@ -93,3 +102,30 @@ class WorkflowDraftAdmin(admin.ModelAdmin):
             "backends": BACKENDS,
         }
         return TemplateResponse(request, self.builder_template, context)
+
+
+def builder_initial(draft_id: int | None) -> dict[str, Any]:
+    """What the builder shows first, in the page itself: the catalogue, the drafts, the opened draft with its
+    versions, and the engine's verdict on it. Fetched one after another, these were four round trips between the
+    script's start and a usable canvas. `draft` is None for an unknown id: the script then asks the API, whose
+    404 it reports as for any other draft."""
+    initial: dict[str, Any] = {"nodes": node_catalogue(), "drafts": selectors.workflow_draft_list()}
+    if draft_id is None:
+        detail = selectors.workflow_default_detail()
+        versions: list[dict[str, Any]] = []
+    else:
+        try:
+            if draft_id > MAX_ID:
+                raise WorkflowDraft.DoesNotExist
+            draft = selectors.workflow_draft_get(draft_id=draft_id)
+        except WorkflowDraft.DoesNotExist:
+            return {**initial, "draft": None}
+        detail = selectors.workflow_draft_detail(draft)
+        versions = selectors.workflow_draft_versions(draft_id=draft_id)
+    check = graph_check(detail["graph"])
+    return {
+        **initial,
+        "draft": detail,
+        "versions": versions,
+        "check": {"valid": check.valid, "problems": check.problems},
+    }

@@ -102,9 +102,20 @@ def test_a_chinese_browser_gets_the_admin_in_traditional_chinese(
         log_in(page, staff)
         assert page.locator("html").get_attribute("lang") == "zh-hant"
         text = page.locator("#content").text_content()
-        # Our own words too, not only Django's: the apps' names.
+        # Our own words too, not only Django's: the apps' names, and the models' names within them.
         assert "文件與索引工作" in text and "LLM 並行控制" in text
-        assert "Documents and index jobs" not in text
+        assert "補寫描述工作" in text and "語意快取項目" in text and "回答評估" in text
+        assert "Documents and index jobs" not in text and "Backfill jobs" not in text
+        # Django's sentence around our model's name, both in Chinese ("選擇 %s 查看").
+        page.goto(chat_server + "/admin/rag_documents/backfilljob/")
+        heading = page.locator("#content h1").inner_text()
+        assert "補寫描述工作" in heading and "backfill" not in heading.lower()
+        assert "開始補寫描述" in page.locator(".object-tools").inner_text()
+        # A form of ours: field names, help texts and buttons.
+        page.goto(chat_server + "/admin/rag_documents/indexjob/start/")
+        form = page.locator("#content-main").inner_text()
+        assert "路徑" in form and "重新嵌入每份文件" in form and "Re-embed" not in form
+        assert page.locator("#content-main input[type=submit]").get_attribute("value") == "開始"
     finally:
         page.context.close()
     assert not page.missing, f"404s: {page.missing}"
@@ -132,7 +143,8 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
     assert indexed(chat_server_env, term) == ["indexed"]
     # The summary says what it counts, and the fields below it add to it instead of repeating it.
-    assert re.search(r"^\d+/\d+ chunks \(100%\)$", page.locator("[data-rag-job=numbers]").inner_text())
+    chunks = {"en": "chunks", "zh-hant": "段落"}[page.language]
+    assert re.search(rf"^\d+/\d+ {chunks} \(100%\)$", page.locator("[data-rag-job=numbers]").inner_text())
     details = page.locator("#content-main fieldset").inner_text()
     assert "Progress done" not in details and "Log" not in details.splitlines()
     assert "{" not in page.locator(".rag-report").inner_text()  # the report as a list, not raw JSON
@@ -155,6 +167,45 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
     assert indexed(chat_server_env, term) == ["deleted"]
     assert not (Path(chat_server_env["DATA_DIR"]) / "uploads" / upload.name).exists()
+
+
+# What the prompt admin says after a save: our message beside Django's own, in one language.
+SAVED = {
+    "en": (
+        re.compile(r"^Saved as translator-system v\d+; v\d+ is unchanged\. Labels of the new version: latest\.$"),
+        "was changed successfully",
+    ),
+    "zh-hant": (re.compile(r"^已另存為 translator-system v\d+；v\d+ 保持不變。新版本的標籤：latest。$"), "成功修改"),
+}
+
+
+def test_saving_a_prompt_says_so_in_the_admin_language(
+    admin: Any, chat_server: str, chat_server_env: dict[str, str], screenshot_dir: Path
+) -> None:
+    page = admin
+    newest = server_query(
+        chat_server_env,
+        "from prompts.models import Prompt\n"
+        "result = Prompt.objects.filter(name='translator-system').order_by('-version').values_list('pk', flat=True)[0]",
+    )
+    page.goto(chat_server + f"/admin/prompts/prompt/{newest}/change/")
+    template = page.locator("#id_template")
+    template.fill(template.input_value() + f"\nKeep product names as they are ({page.language}).")
+    page.locator("input[name=_save]").click()
+    page.wait_for_url("**/admin/prompts/prompt/")
+    messages = page.locator("ul.messagelist li").all_inner_texts()
+    ours, djangos = SAVED[page.language]
+    assert any(ours.match(message) for message in messages), messages
+    assert any(djangos in message for message in messages), messages
+    if page.language == "zh-hant":
+        # The list's own words: the model's name in the title, the columns and the actions.
+        assert page.title().startswith("選擇 提示詞 來修改")
+        columns = page.locator("#result_list thead").inner_text()
+        assert "版本" in columns and "標籤" in columns and not re.search(r"[A-Za-z]", columns), columns
+        actions = page.locator("select[name=action]").inner_text()
+        assert "將選取的版本升為 production" in actions and "Promote" not in actions
+    device = "phone" if page.viewport_size["width"] < 600 else "desktop"
+    page.screenshot(path=str(screenshot_dir / f"admin-prompt-saved-{device}-{page.language}.png"))
 
 
 def indexed(env: dict[str, str], term: str) -> list[str]:

@@ -52,9 +52,14 @@ def server() -> Iterator[LiveServer]:
 
 @pytest.fixture
 def page(server: LiveServer) -> Iterator[Any]:
+    yield from builder_page(server, locale="en-US")
+
+
+def builder_page(server: LiveServer, *, locale: str) -> Iterator[Any]:
+    """The builder, logged in as staff, in a browser that asks for `locale`; no script error allowed."""
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        context = browser.new_context(viewport={"width": 1600, "height": 940}, device_scale_factor=1)
+        context = browser.new_context(viewport={"width": 1600, "height": 940}, device_scale_factor=1, locale=locale)
         page = context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -232,3 +237,76 @@ def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restore
     expect(page.locator("#gb-messages")).to_contain_text("Restored v1 as v3")
     expect(node(page, "cache_lookup")).to_be_visible()
     expect(page.locator("#gb-validity")).to_have_text("✓ valid")
+
+
+def api_requests(page: Any) -> list[str]:
+    """The paths of the builder's API requests from now on (the page's own document and static files aside)."""
+    seen: list[str] = []
+    page.on("request", lambda request: seen.append(request.url) if "/api/" in request.url else None)
+    return seen
+
+
+def test_the_page_carries_what_the_builder_opens_on_so_loading_asks_the_api_nothing(
+    page: Any, server: LiveServer
+) -> None:
+    # The default workflow: catalogue, drafts and the engine's verdict came with the page.
+    requests = api_requests(page)
+    page.reload()
+    expect(page.locator("#graph-builder.ready")).to_be_visible()
+    expect(node(page, "cache_lookup")).to_be_visible()
+    expect(page.locator('#gb-palette [data-type="planner"]')).to_be_visible()
+    expect(page.locator("#gb-validity")).to_have_text("✓ valid")
+    assert requests == []
+
+    # A saved draft opened by its address: its versions and its problems too.
+    created = server.staff_client().post(
+        "/api/v1/rag/workflows/drafts", json={"name": "opened by address", "copy_default": True}
+    )
+    assert created.status_code == 201, created.text
+    draft_id = created.json()["id"]
+    page.goto(f"{server.url}/admin/rag_workflows/workflowdraft/builder/{draft_id}/")
+    expect(page.locator("#graph-builder.ready")).to_be_visible()
+    expect(page.locator("#gb-draft-state")).to_contain_text("v1")
+    expect(page.locator("#gb-validity")).to_have_text("✓ valid")
+    page.click("#gb-tab-versions")
+    expect(page.locator("#gb-versions tbody tr")).to_have_count(1)
+    expect(page.locator("#gb-draft option")).to_contain_text(["default (built-in)", "opened by address · v1"])
+    assert requests == []
+
+    # An edit is still checked by the server's engine, as it happens.
+    node(page, "cache_lookup").focus()
+    page.keyboard.press("Delete")
+    expect(page.locator("#gb-validity")).to_contain_text("1 problem")
+    assert [url.removeprefix(server.url) for url in requests] == ["/api/v1/rag/workflows/validate"]
+
+
+def test_an_unknown_draft_in_the_address_is_reported(page: Any, server: LiveServer) -> None:
+    page.goto(f"{server.url}/admin/rag_workflows/workflowdraft/builder/{2**40}/")
+    expect(page.locator("#gb-messages")).to_contain_text("could not start")
+
+
+@pytest.fixture
+def chinese_page(server: LiveServer) -> Iterator[Any]:
+    yield from builder_page(server, locale="zh-TW")
+
+
+def test_a_chinese_browser_gets_the_builder_in_traditional_chinese(chinese_page: Any, screenshot_dir: Path) -> None:
+    page = chinese_page
+    expect(page.locator("#gb-palette-title")).to_have_text("節點類型")
+    expect(page.locator("#gb-save")).to_have_text("儲存")
+    expect(page.locator("#gb-draft-state")).to_have_text("唯讀")
+    expect(page.locator("#gb-validity")).to_have_text("✓ 有效")
+    # A node's description in the inspector: the catalogue's zh-hant text.
+    node(page, "planner").click()
+    expect(page.locator("#gb-inspector-title")).to_have_text("節點")
+    expect(page.locator("#gb-inspector")).to_contain_text("判斷問題類型")
+    page.screenshot(path=str(screenshot_dir / "graph_builder_zh-hant.png"), full_page=False)
+    page.once("dialog", lambda dialog: dialog.accept("中文副本"))
+    page.click("#gb-copy")
+    expect(page.locator("#gb-messages")).to_have_text("已建立 中文副本。")
+    expect(page.locator("#gb-draft-state")).to_have_text("v1")
+    node(page, "cache_lookup").focus()
+    page.keyboard.press("Delete")
+    expect(page.locator("#gb-validity")).to_have_text("✗ 1 個問題")
+    toolbar = page.locator(".gb-toolbar").inner_text() + page.locator(".gb-tabs").inner_text()
+    assert not re.search(r"\b(Draft|Save|Publish|Problems|Versions|Test run)\b", toolbar), toolbar

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -15,6 +16,12 @@ from tests.concurrency.manager_helpers import fresh_process_state
 CONSOLE = "/admin/concurrency/concurrencysettings/console/"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.concurrency.urls")]
+
+
+@pytest.fixture(autouse=True)
+def english_admin(settings: Any) -> None:
+    """The admin speaks the browser's language, zh-hant when it names none: these tests read it in English."""
+    settings.LANGUAGE_CODE = "en"
 
 
 @pytest.fixture(autouse=True)

@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 from django.urls import reverse
 
@@ -8,6 +10,12 @@ NAME = "translator-system"
 TEMPLATE = "Translate the user's message into {{target_language}}. Reply with the translation only.\n"
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.prompts.urls")]
+
+
+@pytest.fixture(autouse=True)
+def english_admin(settings: Any) -> None:
+    """The admin speaks the browser's language, zh-hant when it names none: these tests read it in English."""
+    settings.LANGUAGE_CODE = "en"
 
 
 def _v1() -> Prompt:
@@ -157,3 +165,18 @@ def test_compare_action_redirects_to_the_compare_view(admin_client):
     )
     assert response.status_code == 302
     assert response["Location"] == reverse("admin:prompts_prompt_compare") + f"?name={NAME}&a=1&b=2"
+
+
+@pytest.mark.parametrize(
+    ("language", "saved", "django_words"),
+    [
+        ("en", f"Saved as {NAME} v2; v1 is unchanged. Labels of the new version: latest.", "changed successfully"),
+        ("zh-hant", f"已另存為 {NAME} v2；v1 保持不變。新版本的標籤：latest。", "成功修改"),
+    ],
+)
+def test_the_saved_message_speaks_the_admin_language(admin_client, language, saved, django_words):
+    url = reverse("admin:prompts_prompt_change", args=[_v1().pk])
+    response = admin_client.post(url, _change_data(TEMPLATE), HTTP_ACCEPT_LANGUAGE=language, follow=True)
+    shown = [str(message) for message in response.context["messages"]]
+    assert saved in shown
+    assert any(django_words in message for message in shown)  # Django's own message, in the same language

@@ -22,6 +22,12 @@ from tests.rag.documents.conftest import CountingEmbedder
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def english_admin(settings: Any) -> None:
+    """The admin speaks the browser's language, zh-hant when it names none: these tests read it in English."""
+    settings.LANGUAGE_CODE = "en"
+
+
 @pytest.fixture
 def staff(configured: Path) -> Client:
     user = get_user_model().objects.create_superuser("admin", email="a@example.com", password=None)

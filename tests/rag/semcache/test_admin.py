@@ -1,5 +1,7 @@
 """Staff pages of the semantic cache: list with stats, inspect, delete (row and vector), flush all."""
 
+from typing import Any
+
 import pytest
 from asgiref.sync import async_to_sync
 from django.urls import reverse
@@ -8,6 +10,13 @@ from rag.semcache.models import CacheEntry
 from tests.rag.semcache.conftest import ENROL_SOURCES, remember
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def english_admin(settings: Any) -> None:
+    """The admin speaks the browser's language, zh-hant when it names none: these tests read it in English."""
+    settings.LANGUAGE_CODE = "en"
+
 
 CHANGELIST = "admin:rag_semcache_cacheentry_changelist"
 

@@ -35,6 +35,13 @@
   const config = JSON.parse(document.getElementById(root.dataset.config).textContent);
   const csrfToken = root.querySelector("input[name=csrfmiddlewaretoken]").value;
   const $ = (id) => document.getElementById(id);
+  // The page's language (the admin's): `t("Saved {name}.", {name})` looks the English text up in the words the page
+  // carries (rag.workflows.builder_words) and fills its {placeholders}; a text it lacks stays English.
+  const words = config.words || {};
+  const t = (text, values) => (words[text] || text).replace(/\{(\w+)\}/g,
+    (match, key) => (values && key in values ? String(values[key]) : match));
+  const zh = (config.language || "").startsWith("zh");
+  const describe = (type) => (zh && type.description["zh-hant"]) || type.description.en;
   const svg = $("gb-canvas");
 
   const state = {
@@ -170,7 +177,7 @@
     state.selection = {kind: "node", id: id};
     changed();
     focusNode(id);
-    say("Added " + id + (state.graph.entry === id ? " (the entry node)" : "") + ".");
+    say(state.graph.entry === id ? t("Added {id} (the entry node).", {id}) : t("Added {id}.", {id}));
   }
 
   function freeSpot() {
@@ -205,7 +212,7 @@
     state.selection = null;
     changed();
     svg.focus();
-    say("Removed " + id + ".");
+    say(t("Removed {id}.", {id}));
   }
 
   function renameNode(oldId, newId) {
@@ -251,8 +258,8 @@
   }
 
   function blocked() {
-    say(config.canEdit ? "The built-in workflow is read-only: copy it into a draft to edit." :
-      "You lack the permission to change workflow drafts.", "warning");
+    say(config.canEdit ? t("The built-in workflow is read-only: copy it into a draft to edit.") :
+      t("You lack the permission to change workflow drafts."), "warning");
   }
 
   // ------------------------------------------------------------------------------------------------ layout
@@ -522,7 +529,7 @@
     }
     if (!state.graph.nodes.length) {
       svg.append(sv("text", {class: "gb-empty", x: box.x + box.w / 2, y: box.y + box.h / 2, "text-anchor": "middle",
-        text: readOnly() ? "Empty workflow" : "Drag a node type here, or select one in the palette and press Enter"}));
+        text: readOnly() ? t("Empty workflow") : t("Drag a node type here, or select one in the palette and press Enter")}));
     }
     if (hadFocus) focusNode(hadFocus);
   }
@@ -600,7 +607,7 @@
     const reached = state.run && state.run.ended;
     const group = sv("g", {class: "gb-node gb-end" + (reached ? " visited" : "") + (problems.length ? " has-problem" : ""),
       transform: `translate(${pos[0]},${pos[1]})`, "data-node": END, tabindex: "0", role: "button",
-      "aria-label": "END: the end of the workflow"}, [
+      "aria-label": t("END: the end of the workflow")}, [
       sv("rect", {class: "gb-node-box", width: END_W, height: END_H, rx: END_H / 2}),
       sv("text", {class: "gb-node-title", x: END_W / 2, y: END_H / 2 + 5, "text-anchor": "middle", text: "END"}),
       sv("circle", {class: "gb-port in", cx: 0, cy: END_H / 2, r: 5}),
@@ -619,8 +626,8 @@
   }
 
   function subtitle(node, type) {
-    if (!type) return "unknown type " + clip(node.type, 14);
-    const family = FAMILY_NAMES[FAMILIES[node.type]] || "node";
+    if (!type) return t("unknown type {type}", {type: clip(node.type, 14)});
+    const family = t(FAMILY_NAMES[FAMILIES[node.type]] || "node");
     return node.type === node.id ? family : clip(node.type, 24);
   }
 
@@ -715,7 +722,7 @@
       const target = event.type === "pointerup" ? targetUnder(event) : null;
       if (target && target !== g.id) {
         connect(g.id, g.route, target);
-        say(`Connected ${g.id} —${g.route}→ ${target}.`);
+        say(t("Connected {source} —{route}→ {target}.", {source: g.id, route: g.route, target}));
       } else {
         renderCanvas();
       }
@@ -788,7 +795,7 @@
       const button = el("button", {
         type: "button", class: "gb-palette-item family-" + (FAMILIES[name] || "other"), draggable: "true",
         "data-type": name, title: type.description.en + "\n" + type.description["zh-hant"],
-        "aria-label": `Add ${name}: ${type.description.en}`,
+        "aria-label": t("Add {name}: {description}", {name, description: describe(type)}),
       }, [
         el("span", {class: "gb-palette-name", text: name}),
         el("span", {class: "gb-palette-desc", text: type.description.en}),
@@ -811,13 +818,13 @@
     body.replaceChildren();
     const sel = state.selection;
     if (sel && sel.kind === "node" && nodeById(sel.id)) {
-      title.textContent = "Node";
+      title.textContent = t("Node");
       body.append(...inspectNode(nodeById(sel.id)));
     } else if (sel && sel.kind === "edge" && state.graph.edges[sel.index]) {
-      title.textContent = "Edge";
+      title.textContent = t("Edge");
       body.append(...inspectEdge(sel.index));
     } else {
-      title.textContent = "Workflow";
+      title.textContent = t("Workflow");
       body.append(...inspectWorkflow());
     }
   }
@@ -850,25 +857,25 @@
     const parts = [];
     parts.push(el("div", {class: "gb-type-card family-" + (FAMILIES[node.type] || "other")}, [
       el("strong", {text: node.type}),
-      type ? el("p", {text: type.description.en}) : el("p", {class: "gb-error", text: "This type is not in the catalogue."}),
+      type ? el("p", {text: type.description.en}) : el("p", {class: "gb-error", text: t("This type is not in the catalogue.")}),
       type ? el("p", {lang: "zh-Hant", class: "gb-quiet", text: type.description["zh-hant"]}) : null,
     ]));
     for (const p of problemsOf(node.id)) parts.push(el("p", {class: "gb-problem-inline", role: "alert", text: p.message}));
 
     const idInput = el("input", {type: "text", value: node.id, disabled: ro, "data-field": "node-id"});
     idInput.addEventListener("change", () => { if (!renameNode(node.id, idInput.value)) idInput.value = node.id; });
-    parts.push(field("Node id", idInput, "Names this node in events and in problems."));
+    parts.push(field(t("Node id"), idInput, t("Names this node in events and in problems.")));
 
     const entry = el("input", {type: "checkbox", checked: state.graph.entry === node.id, disabled: ro || state.graph.entry === node.id});
     entry.addEventListener("change", () => { state.graph.entry = node.id; changed(); });
-    parts.push(el("div", {class: "gb-field gb-check"}, [entry, el("label", {text: " The workflow starts here"})]));
+    parts.push(el("div", {class: "gb-field gb-check"}, [entry, el("label", {text: " " + t("The workflow starts here")})]));
     entry.id = "gb-entry-check";
     parts[parts.length - 1].querySelector("label").setAttribute("for", entry.id);
 
     const routes = el("fieldset", {class: "gb-routes"}, [
-      el("legend", {text: "Routes"}),
+      el("legend", {text: t("Routes")}),
       el("div", {class: "gb-route-row gb-route-head", "aria-hidden": "true"}, [
-        el("span", {text: "route"}), el("span", {text: "goes to"}), el("span", {text: "max", title: "max_visits"}),
+        el("span", {text: t("route")}), el("span", {text: t("goes to")}), el("span", {text: t("max"), title: "max_visits"}),
       ]),
     ]);
     for (const route of routesOf(node)) {
@@ -880,8 +887,8 @@
       target.dataset.route = route;
       target.addEventListener("change", () => connect(node.id, route, target.value));
       const bound = el("input", {type: "number", min: "1", max: "50", step: "1", value: edge && edge.max_visits ? edge.max_visits : "",
-        placeholder: "∞", disabled: ro || !edge, title: "How often this edge may be taken in one run (loops need a bound)",
-        "aria-label": `Most times route ${route} may be taken`, "data-max-visits": route});
+        placeholder: "∞", disabled: ro || !edge, title: t("How often this edge may be taken in one run (loops need a bound)"),
+        "aria-label": t("Most times route {route} may be taken", {route}), "data-max-visits": route});
       bound.addEventListener("change", () => setMaxVisits(edgeFor(node.id, route), bound.value));
       const known = !type || type.routes.includes(route);
       routes.append(el("div", {class: "gb-route-row" + (known ? "" : " gb-error")}, [
@@ -891,18 +898,18 @@
     parts.push(routes);
 
     if (type && Object.keys(type.params).length) {
-      const params = el("fieldset", {class: "gb-params"}, [el("legend", {text: "Parameters"})]);
+      const params = el("fieldset", {class: "gb-params"}, [el("legend", {text: t("Parameters")})]);
       for (const [name, spec] of Object.entries(type.params)) params.append(paramField(node, name, spec, ro));
       parts.push(params);
     }
     if (type) {
       parts.push(el("dl", {class: "gb-io"}, [
-        el("dt", {text: "Reads"}), el("dd", {}, chips([...type.inputs, ...type.optional_inputs.map((n) => n + "?")])),
-        el("dt", {text: "Writes"}), el("dd", {}, chips(type.outputs)),
+        el("dt", {text: t("Reads")}), el("dd", {}, chips([...type.inputs, ...type.optional_inputs.map((n) => n + "?")])),
+        el("dt", {text: t("Writes")}), el("dd", {}, chips(type.outputs)),
       ]));
     }
     if (!ro) {
-      parts.push(el("div", {class: "gb-actions"}, [el("button", {type: "button", class: "button gb-danger", text: "Delete node",
+      parts.push(el("div", {class: "gb-actions"}, [el("button", {type: "button", class: "button gb-danger", text: t("Delete node"),
         onclick: () => removeNode(node.id)})]));
     }
     return parts;
@@ -945,7 +952,7 @@
     const help = `${spec.description || ""} (${spec.type}${range ? ", " + range : ""}${spec.type === "list" ? ", one per line" : ""})`;
     const wrap = field(name + (has ? " •" : ""), input, help);
     if (has && !ro) {
-      wrap.append(el("button", {type: "button", class: "gb-link", text: "reset to default",
+      wrap.append(el("button", {type: "button", class: "gb-link", text: t("reset to default"),
         onclick: () => { delete node.params[name]; changed(); }}));
     }
     return wrap;
@@ -958,10 +965,10 @@
     bound.addEventListener("change", () => setMaxVisits(index, bound.value));
     const parts = [
       el("p", {}, [el("code", {text: edge.source}), " —", el("strong", {text: edge.route || "default"}), "→ ", el("code", {text: edge.target})]),
-      field("Most times per run (max_visits)", bound, "Every loop needs at least one bounded edge."),
+      field(t("Most times per run (max_visits)"), bound, t("Every loop needs at least one bounded edge.")),
     ];
     if (!ro) {
-      parts.push(el("div", {class: "gb-actions"}, [el("button", {type: "button", class: "button gb-danger", text: "Delete edge",
+      parts.push(el("div", {class: "gb-actions"}, [el("button", {type: "button", class: "button gb-danger", text: t("Delete edge"),
         onclick: () => { state.graph.edges.splice(index, 1); state.selection = null; changed(); }})]));
     }
     return parts;
@@ -974,17 +981,17 @@
     entry.addEventListener("change", () => { state.graph.entry = entry.value; changed(); });
     const d = state.draft;
     return [
-      el("p", {class: "gb-quiet", text: d ? (d.read_only ? "The built-in workflow: look, test-run, or copy it into a draft to edit."
+      el("p", {class: "gb-quiet", text: d ? (d.read_only ? t("The built-in workflow: look, test-run, or copy it into a draft to edit.")
         : `${d.name} · saved v${d.version}` + (d.published ? ` · serving ${d.backend} (v${d.published_version})` : "")) : ""}),
-      field("Entry node", entry),
+      field(t("Entry node"), entry),
       el("p", {}, `${state.graph.nodes.length} nodes, ${state.graph.edges.length} edges.`),
       el("div", {class: "gb-help"}, [
-        el("h3", {text: "How to"}),
+        el("h3", {text: t("How to")}),
         el("ul", {}, [
-          el("li", {text: "Add a node: drag it from the palette, or focus it there and press Enter."}),
-          el("li", {text: "Connect: drag from a route's dot to the next node, or pick the target in the node's Routes."}),
-          el("li", {text: "Loops need a bound: set max on one of their edges."}),
-          el("li", {text: "Keyboard: Tab between nodes, arrows move (Shift: faster), Delete removes, Enter edits."}),
+          el("li", {text: t("Add a node: drag it from the palette, or focus it there and press Enter.")}),
+          el("li", {text: t("Connect: drag from a route's dot to the next node, or pick the target in the node's Routes.")}),
+          el("li", {text: t("Loops need a bound: set max on one of their edges.")}),
+          el("li", {text: t("Keyboard: Tab between nodes, arrows move (Shift: faster), Delete removes, Enter edits.")}),
         ]),
       ]),
     ];
@@ -997,18 +1004,18 @@
     const pill = $("gb-draft-state");
     if (!d) { pill.textContent = ""; return; }
     const bits = [];
-    if (d.read_only) bits.push("read-only");
+    if (d.read_only) bits.push(t("read-only"));
     else bits.push("v" + d.version);
-    if (d.published) bits.push(`serving ${d.backend}` + (d.published_version !== d.version ? ` (v${d.published_version})` : ""));
-    if (state.dirty) bits.push("unsaved changes");
+    if (d.published) bits.push(t("serving {backend}", {backend: d.backend}) + (d.published_version !== d.version ? ` (v${d.published_version})` : ""));
+    if (state.dirty) bits.push(t("unsaved changes"));
     pill.textContent = bits.join(" · ");
     pill.className = "gb-pill" + (state.dirty ? " dirty" : "") + (d.published ? " live" : "");
     const validity = $("gb-validity");
-    if (state.valid === null) { validity.textContent = "checking…"; validity.className = "gb-validity"; }
-    else if (state.valid) { validity.textContent = "✓ valid"; validity.className = "gb-validity ok"; }
+    if (state.valid === null) { validity.textContent = t("checking…"); validity.className = "gb-validity"; }
+    else if (state.valid) { validity.textContent = t("✓ valid"); validity.className = "gb-validity ok"; }
     else {
       const n = state.problems.length;
-      validity.textContent = `✗ ${n} problem${n === 1 ? "" : "s"}`;
+      validity.textContent = n === 1 ? t("✗ {count} problem", {count: n}) : t("✗ {count} problems", {count: n});
       validity.className = "gb-validity bad";
     }
     $("gb-save").disabled = readOnly();
@@ -1024,7 +1031,7 @@
     $("gb-problem-count").textContent = String(state.problems.length);
     $("gb-problem-count").classList.toggle("bad", state.problems.length > 0);
     if (!state.problems.length) {
-      list.append(el("li", {class: "gb-quiet", text: state.valid ? "No problems: the engine can compile this workflow." : "…"}));
+      list.append(el("li", {class: "gb-quiet", text: state.valid ? t("No problems: the engine can compile this workflow.") : "…"}));
       return;
     }
     for (const p of state.problems) {
@@ -1081,8 +1088,8 @@
 
   // ------------------------------------------------------------------------------------------------ drafts
 
-  async function loadDrafts(selectId) {
-    const data = await api("GET", config.api.drafts);
+  async function loadDrafts(selectId, preloaded) {
+    const data = preloaded ? {drafts: preloaded} : await api("GET", config.api.drafts);
     state.drafts = data.drafts;
     const select = $("gb-draft");
     select.replaceChildren(...state.drafts.map((d) => el("option", {value: String(d.id),
@@ -1090,8 +1097,10 @@
     if (selectId !== undefined) select.value = String(selectId);
   }
 
-  async function openDraft(id) {
-    const detail = id === "default" || id === null || id === undefined
+  // `preloaded` ({draft, versions, check}): what the page came with, so opening it needs no request.
+  async function openDraft(id, preloaded) {
+    const detail = preloaded ? preloaded.draft
+      : id === "default" || id === null || id === undefined
       ? await api("GET", config.api.default)
       : await api("GET", config.api.drafts + "/" + id);
     state.draft = detail;
@@ -1110,11 +1119,15 @@
     $("gb-draft").value = String(detail.id);
     const url = detail.read_only ? config.builderUrl : config.builderUrl + detail.id + "/";
     if (location.pathname !== url) history.replaceState(null, "", url);
+    if (preloaded) {
+      state.problems = preloaded.check.problems;
+      state.valid = preloaded.check.valid;
+    }
     renderAll();
     fit();
     renderCanvas();
-    validateNow();
-    loadVersions();
+    if (!preloaded) validateNow();
+    loadVersions(preloaded && preloaded.versions);
   }
 
   async function save() {
@@ -1129,16 +1142,18 @@
       await loadDrafts(saved.id);
       renderAll();
       loadVersions();
-      say(`Saved ${saved.name} v${saved.version}` + (saved.valid ? "." : ` with ${saved.problems.length} problem(s): it can be saved, not published.`),
+      say(saved.valid ? t("Saved {name} v{version}.", {name: saved.name, version: saved.version})
+        : t("Saved {name} v{version} with {count} problem(s): it can be saved, not published.",
+          {name: saved.name, version: saved.version, count: saved.problems.length}),
         saved.valid ? "success" : "warning");
     } catch (error) {
-      say("Not saved: " + error.message, "error");
+      say(t("Not saved: {error}", {error: error.message}), "error");
     }
   }
 
   async function createDraft(copy) {
     const suggested = copy ? (state.draft.read_only ? "my pipeline" : state.draft.name + " copy") : "new workflow";
-    const name = window.prompt(copy ? "Name of the copy" : "Name of the new draft", suggested);
+    const name = window.prompt(copy ? t("Name of the copy") : t("Name of the new draft"), suggested);
     if (!name) return;
     try {
       let body;
@@ -1148,15 +1163,15 @@
       const created = await api("POST", config.api.drafts, body);
       await loadDrafts(created.id);
       await openDraft(created.id);
-      say(`Created ${created.name}.`);
+      say(t("Created {name}.", {name: created.name}));
     } catch (error) {
-      say("Not created: " + error.message, "error");
+      say(t("Not created: {error}", {error: error.message}), "error");
     }
   }
 
   async function publish() {
     if (readOnly()) return blocked();
-    if (state.dirty && !window.confirm("Publishing serves the last saved version. Save your changes first?")) return;
+    if (state.dirty && !window.confirm(t("Publishing serves the last saved version. Save your changes first?"))) return;
     if (state.dirty) { await save(); if (state.dirty) return; }
     const backend = $("gb-backend").value;
     try {
@@ -1164,17 +1179,18 @@
       state.draft = published;
       await loadDrafts(published.id);
       renderAll();
-      say(`Published ${published.name} v${published.published_version} on ${backend}: every worker switches within a second.`);
+      say(t("Published {name} v{version} on {backend}: every worker switches within a second.",
+        {name: published.name, version: published.published_version, backend}));
     } catch (error) {
       if (error.problems) { state.problems = error.problems; state.valid = false; renderAll(); selectTab("problems"); }
-      say("Not published: " + error.message, "error");
+      say(t("Not published: {error}", {error: error.message}), "error");
     }
   }
 
   async function unpublish() {
     const serving = state.draft.backend;
-    const question = `Stop serving ${state.draft.name} on ${serving}? Every worker goes back to the default workflow ` +
-      "within a second (answers already running finish on this one).";
+    const question = t("Stop serving {name} on {backend}? Every worker goes back to the default workflow within a " +
+      "second (answers already running finish on this one).", {name: state.draft.name, backend: serving});
     if (!window.confirm(question)) return;
     try {
       const draft = await api("POST", draftUrl("/unpublish"), {});
@@ -1182,39 +1198,39 @@
       state.draft = draft;
       await loadDrafts(draft.id);
       renderAll();
-      say(`${draft.name} no longer serves ${backend}: it is back on the default workflow.`);
+      say(t("{name} no longer serves {backend}: it is back on the default workflow.", {name: draft.name, backend}));
     } catch (error) {
-      say("Not unpublished: " + error.message, "error");
+      say(t("Not unpublished: {error}", {error: error.message}), "error");
     }
   }
 
   // ------------------------------------------------------------------------------------------------ versions
 
-  async function loadVersions() {
+  async function loadVersions(preloaded) {
     const box = $("gb-versions");
     $("gb-diff").replaceChildren();
     if (!state.draft || state.draft.read_only) {
-      box.replaceChildren(el("p", {class: "gb-quiet", text: "The built-in workflow has no versions. Copy it to start a draft."}));
+      box.replaceChildren(el("p", {class: "gb-quiet", text: t("The built-in workflow has no versions. Copy it to start a draft.")}));
       return;
     }
-    const data = await api("GET", draftUrl("/versions"));
+    const data = preloaded ? {versions: preloaded} : await api("GET", draftUrl("/versions"));
     state.versions = data.versions;
     const rows = state.versions.map((v, i) => el("tr", {}, [
-      el("td", {}, [el("input", {type: "radio", name: "gb-diff-a", value: v.version, checked: i === 1, "aria-label": `Compare from v${v.version}`})]),
-      el("td", {}, [el("input", {type: "radio", name: "gb-diff-b", value: v.version, checked: i === 0, "aria-label": `Compare to v${v.version}`})]),
-      el("td", {}, [el("strong", {text: "v" + v.version}), v.version === state.draft.published_version && state.draft.published ? el("span", {class: "gb-pill live small", text: "live"}) : null]),
+      el("td", {}, [el("input", {type: "radio", name: "gb-diff-a", value: v.version, checked: i === 1, "aria-label": t("Compare from v{version}", {version: v.version})})]),
+      el("td", {}, [el("input", {type: "radio", name: "gb-diff-b", value: v.version, checked: i === 0, "aria-label": t("Compare to v{version}", {version: v.version})})]),
+      el("td", {}, [el("strong", {text: "v" + v.version}), v.version === state.draft.published_version && state.draft.published ? el("span", {class: "gb-pill live small", text: t("live")}) : null]),
       el("td", {text: new Date(v.created_at).toLocaleString()}),
       el("td", {text: v.author || "—"}),
       el("td", {text: v.note || ""}),
       el("td", {class: v.valid ? "gb-ok" : "gb-error", text: v.valid ? "✓" : "✗"}),
-      el("td", {}, [config.canEdit && v.version !== state.draft.version ? el("button", {type: "button", class: "button", text: "Restore",
-        "aria-label": `Restore v${v.version}`, onclick: () => restore(v.version)}) : null]),
+      el("td", {}, [config.canEdit && v.version !== state.draft.version ? el("button", {type: "button", class: "button", text: t("Restore"),
+        "aria-label": t("Restore v{version}", {version: v.version}), onclick: () => restore(v.version)}) : null]),
     ]));
-    const compare = el("button", {type: "button", class: "button", text: "Compare selected", onclick: compareSelected,
+    const compare = el("button", {type: "button", class: "button", text: t("Compare selected"), onclick: compareSelected,
       disabled: state.versions.length < 2});
     box.replaceChildren(
       el("table", {class: "gb-versions"}, [
-        el("thead", {}, [el("tr", {}, ["from", "to", "version", "saved", "by", "note", "valid", ""].map((h) => el("th", {text: h})))]),
+        el("thead", {}, [el("tr", {}, ["from", "to", "version", "saved", "by", "note", "valid", ""].map((h) => el("th", {text: h && t(h)})))]),
         el("tbody", {}, rows),
       ]),
       el("div", {class: "gb-actions"}, [compare]),
@@ -1229,7 +1245,7 @@
       const diff = await api("GET", draftUrl(`/diff?a=${a.value}&b=${b.value}`));
       renderDiff(diff, a.value, b.value);
     } catch (error) {
-      say("Could not compare: " + error.message, "error");
+      say(t("Could not compare: {error}", {error: error.message}), "error");
     }
   }
 
@@ -1237,13 +1253,13 @@
     const box = $("gb-diff");
     const summary = [];
     const add = (label, items, cls) => { if (items.length) summary.push(el("li", {class: cls}, [label + ": ", ...items.map((i) => el("code", {text: i}))])); };
-    add("nodes added", diff.nodes_added, "add");
-    add("nodes removed", diff.nodes_removed, "del");
-    add("nodes changed", diff.nodes_changed, "chg");
-    add("edges added", diff.edges_added, "add");
-    add("edges removed", diff.edges_removed, "del");
-    if (diff.entry.old !== diff.entry.new) summary.push(el("li", {class: "chg", text: `entry: ${diff.entry.old} → ${diff.entry.new}`}));
-    if (diff.layout_changed) summary.push(el("li", {class: "gb-quiet", text: "node positions moved"}));
+    add(t("nodes added"), diff.nodes_added, "add");
+    add(t("nodes removed"), diff.nodes_removed, "del");
+    add(t("nodes changed"), diff.nodes_changed, "chg");
+    add(t("edges added"), diff.edges_added, "add");
+    add(t("edges removed"), diff.edges_removed, "del");
+    if (diff.entry.old !== diff.entry.new) summary.push(el("li", {class: "chg", text: t("entry: {old} → {new}", {old: diff.entry.old, new: diff.entry.new})}));
+    if (diff.layout_changed) summary.push(el("li", {class: "gb-quiet", text: t("node positions moved")}));
     const pre = el("pre", {class: "gb-unified"});
     for (const line of diff.unified) {
       const cls = line.startsWith("+++") || line.startsWith("---") ? "file" : line[0] === "+" ? "add" : line[0] === "-" ? "del" : line.startsWith("@@") ? "hunk" : "";
@@ -1251,20 +1267,20 @@
     }
     box.replaceChildren(
       el("h3", {text: `v${a} → v${b}`}),
-      diff.identical ? el("p", {text: "The two versions run the same workflow." + (diff.layout_changed ? " Only node positions differ." : "")}) : el("ul", {class: "gb-diff-summary"}, summary),
+      diff.identical ? el("p", {text: t("The two versions run the same workflow.") + (diff.layout_changed ? " " + t("Only node positions differ.") : "")}) : el("ul", {class: "gb-diff-summary"}, summary),
       diff.identical ? null : pre,
     );
   }
 
   async function restore(version) {
-    if (state.dirty && !window.confirm("Restoring replaces your unsaved changes. Continue?")) return;
+    if (state.dirty && !window.confirm(t("Restoring replaces your unsaved changes. Continue?"))) return;
     try {
       const restored = await api("POST", draftUrl("/restore"), {version: version});
       await loadDrafts(restored.id);
       await openDraft(restored.id);
-      say(`Restored v${version} as v${restored.version}.`);
+      say(t("Restored v{version} as v{new}.", {version, new: restored.version}));
     } catch (error) {
-      say("Not restored: " + error.message, "error");
+      say(t("Not restored: {error}", {error: error.message}), "error");
     }
   }
 
@@ -1288,7 +1304,7 @@
     state.run = run;
     $("gb-run").disabled = true;
     $("gb-run-stop").disabled = false;
-    $("gb-run-state").textContent = "running…";
+    $("gb-run-state").textContent = t("running…");
     renderCanvas();
     try {
       const response = await fetch(config.api.testRun, {
@@ -1318,10 +1334,10 @@
           if (data) showEvent(run, JSON.parse(data));
         }
       }
-      $("gb-run-state").textContent = run.ended ? "finished" : "stream closed";
+      $("gb-run-state").textContent = run.ended ? t("finished") : t("stream closed");
     } catch (error) {
-      if (error.name === "AbortError") $("gb-run-state").textContent = "stopped";
-      else { $("gb-run-state").textContent = "failed"; say("Test run failed: " + error.message, "error"); }
+      if (error.name === "AbortError") $("gb-run-state").textContent = t("stopped");
+      else { $("gb-run-state").textContent = t("failed"); say(t("Test run failed: {error}", {error: error.message}), "error"); }
     } finally {
       run.done = true;
       run.current = null;
@@ -1352,7 +1368,7 @@
       detail = JSON.stringify(event.usage || {});
     } else if (event.channel === "meta_summary") {
       run.ended = true;
-      detail = `intent ${event.intent || "—"} · ${event.elapsed_ms} ms`;
+      detail = t("intent {intent} · {ms} ms", {intent: event.intent || "—", ms: event.elapsed_ms});
       showSummary(event);
       renderCanvas();
     } else if (event.channel === "error") {
@@ -1362,7 +1378,7 @@
     // Answer deltas are many and small: fold runs of them into one line so the log stays readable.
     const last = list.lastElementChild;
     if (event.channel === "answer" && last && last.dataset.channel === "answer") {
-      last.querySelector(".gb-ev-detail").textContent = `${Number(last.dataset.count) + 1} deltas`;
+      last.querySelector(".gb-ev-detail").textContent = t("{count} deltas", {count: Number(last.dataset.count) + 1});
       last.dataset.count = String(Number(last.dataset.count) + 1);
       last.querySelector(".gb-ev-seq").textContent = `${last.dataset.first}–${event.seq}`;
     } else {
@@ -1382,11 +1398,11 @@
     const sources = (event.sources || []).map((s) => el("li", {}, [`[${s.ref}] `, s.url ? el("a", {href: s.url, text: s.title, target: "_blank", rel: "noopener"}) : s.title]));
     box.replaceChildren(
       el("dl", {}, [
-        el("dt", {text: "language"}), el("dd", {text: event.language || "—"}),
-        el("dt", {text: "intent"}), el("dd", {text: event.intent || "—"}),
-        el("dt", {text: "search"}), el("dd", {text: event.search_query || "—"}),
-        el("dt", {text: "loops"}), el("dd", {text: String(event.loops)}),
-        el("dt", {text: "time"}), el("dd", {text: event.elapsed_ms + " ms"}),
+        el("dt", {text: t("language")}), el("dd", {text: event.language || "—"}),
+        el("dt", {text: t("intent")}), el("dd", {text: event.intent || "—"}),
+        el("dt", {text: t("search")}), el("dd", {text: event.search_query || "—"}),
+        el("dt", {text: t("loops")}), el("dd", {text: String(event.loops)}),
+        el("dt", {text: t("time")}), el("dd", {text: t("{ms} ms", {ms: event.elapsed_ms})}),
       ]),
       sources.length ? el("ol", {class: "gb-sources"}, sources) : null,
     );
@@ -1419,7 +1435,7 @@
   // ------------------------------------------------------------------------------------------------ start
 
   $("gb-draft").addEventListener("change", (event) => {
-    if (state.dirty && !window.confirm("Discard your unsaved changes?")) {
+    if (state.dirty && !window.confirm(t("Discard your unsaved changes?"))) {
       event.target.value = String(state.draft.id);
       return;
     }
@@ -1450,7 +1466,10 @@
 
   async function start() {
     try {
-      const catalogue = await api("GET", config.api.nodes);
+      // The page carries the catalogue, the drafts and the draft it opens on (see the admin's builder_initial);
+      // the APIs are asked only for what it lacks.
+      const initial = config.initial || {};
+      const catalogue = initial.nodes || await api("GET", config.api.nodes);
       for (const type of catalogue.nodes) state.types[type.name] = type;
       // Palette in pipeline order where known, then the rest alphabetically.
       const known = Object.keys(FAMILIES);
@@ -1459,11 +1478,11 @@
         return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || a.localeCompare(b);
       });
       renderPalette();
-      await loadDrafts();
-      await openDraft(config.draftId === null ? "default" : config.draftId);
+      await loadDrafts(undefined, initial.drafts);
+      await openDraft(config.draftId === null ? "default" : config.draftId, initial.draft ? initial : undefined);
       root.classList.add("ready");
     } catch (error) {
-      say("The graph builder could not start: " + error.message, "error");
+      say(t("The graph builder could not start: {error}", {error: error.message}), "error");
     }
   }
 
