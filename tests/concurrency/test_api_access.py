@@ -10,8 +10,8 @@ from django.contrib.auth.models import AnonymousUser, User
 
 from concurrency.api import api_access_allowed
 from concurrency.live import register_stats_provider, settings_forget, worker_id
-from concurrency.manager import reset_manager
-from concurrency.selectors import workers_summary
+from concurrency.manager import get_manager, reset_manager
+from concurrency.selectors import auxiliary_skipped_summary, workers_summary
 
 STATUS = "/api/v1/admin/concurrency/status"
 SUMMARY = "/api/v1/admin/concurrency/summary"
@@ -138,7 +138,8 @@ def test_status_shape(client, staff) -> None:
         unregister()
 
     backends = {"default", "chat", "responses", "embedding"}
-    assert set(body) == {"worker", "settings", "redis", "cluster", "workers", "summary", "server_time"} | backends
+    top = {"worker", "settings", "redis", "cluster", "workers", "summary", "auxiliary_skipped", "server_time"}
+    assert set(body) == top | backends
     assert body["cluster"] is None  # per-worker limits here (no Redis)
     for backend in backends:  # the seed's shape: `jq .chat.in_progress` works
         assert set(body[backend]) == SEED_KEYS
@@ -257,3 +258,21 @@ def test_summary_of_a_cluster_wide_limit_counts_the_limit_once() -> None:
     chat = workers_summary([worker("a:1", 1), worker("b:2", 2)])["chat"]
 
     assert (chat["limit"], chat["in_progress"], chat["available"], chat["scope"]) == (4, 3, 1, "cluster")
+
+
+def test_status_counts_skipped_auxiliary_calls_per_kind(client, staff) -> None:
+    manager = get_manager()
+    for kind in ("planner", "summary", "planner"):
+        manager.auxiliary_skipped(kind)
+    body = client.get(STATUS).json()
+    assert body["auxiliary_skipped"] == {"planner": 2, "summary": 1}
+    assert body["worker"]["manager"]["auxiliary_skipped"] == {"planner": 2, "summary": 1}
+
+
+def test_skipped_auxiliary_calls_are_summed_over_workers() -> None:
+    workers = [
+        {"worker_id": "a", "manager": {"auxiliary_skipped": {"planner": 2}}},
+        {"worker_id": "b", "manager": {"auxiliary_skipped": {"planner": 1, "summary": 4}}},
+        {"worker_id": "c", "manager": {}},  # a worker from before the counter existed
+    ]
+    assert auxiliary_skipped_summary(workers) == {"planner": 3, "summary": 4}
