@@ -62,7 +62,10 @@ def exchange_record(
     meta: dict[str, Any] | None = None,
     new_summary: str = "",
 ) -> Message:
-    """Store one question and its answer (or the part of it that was streamed) in one transaction."""
+    """Store one question and its answer (or the part of it that was streamed) in one transaction.
+
+    It runs before every answer's terminal event, so it makes as few statements as it can: both messages in one
+    insert, and no update of a conversation it has just created (its `updated_at` is new already)."""
     meta = meta or {}
     with transaction.atomic():
         conversation, created = Conversation.objects.get_or_create(
@@ -70,10 +73,8 @@ def exchange_record(
         )
         if not created and conversation.client_id != client_id:
             raise UnknownConversation(f"unknown conversation_id {conversation_id!r}")
-        Message.objects.create(
-            conversation=conversation, role=Message.Role.USER, content=question, request_id=request_id
-        )
-        message = Message.objects.create(
+        asked = Message(conversation=conversation, role=Message.Role.USER, content=question, request_id=request_id)
+        message = Message(
             conversation=conversation,
             role=Message.Role.ASSISTANT,
             content=answer,
@@ -90,11 +91,13 @@ def exchange_record(
             latency_ms=meta.get("latency_ms"),
             degraded=bool(meta.get("degraded", False)),
         )
+        Message.objects.bulk_create([asked, message])
         fields = ["updated_at"]
         if new_summary:
             conversation.summary = new_summary
             fields.append("summary")
-        conversation.save(update_fields=fields)
+        if not created or new_summary:
+            conversation.save(update_fields=fields)
     return message
 
 

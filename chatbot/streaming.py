@@ -213,6 +213,9 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
     BadRequest for an unknown id."""
     if ask.history is not None:
         context = ConversationContext(str(uuid.uuid4()), exists=False, history=ask.history, summary="")
+    elif not ask.conversation_id:
+        # a new conversation: nothing to read, so no thread hop (nothing is written until the answer is recorded)
+        context = ConversationContext(str(uuid.uuid4()), exists=False, history=(), summary="")
     else:
         if ask.conversation_id:
             await summary_settled(ask.conversation_id)

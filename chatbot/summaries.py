@@ -2,8 +2,10 @@
 
 The answer node leaves the model's summary as a job (`PipelineState.summary_job`); the exchange is recorded with the
 offline summary at once and this module runs the job in a task of its own, so the client's stream ends as soon as
-the answer does and a client going away does not stop it. The job's model call is bounded by the node's
-`summary_timeout` (it falls back to the offline summary) and the whole write by `SUMMARY_WRITE_BOUND`. The next
+the answer does and a client going away does not stop it. The job's model call takes an LLM slot at the lowest
+priority (it never goes ahead of an answer), waits for it at most the node's `summary_slot_wait` (past it the call
+is skipped, counted in the concurrency console, and the offline summary kept), then has `summary_timeout` from when
+it holds the slot; the whole write is bounded by `SUMMARY_WRITE_BOUND`, above the default wait plus timeout. The next
 turn of the same conversation waits for a summary still being written (at most `SUMMARY_BEFORE_NEXT_TURN_WAIT`),
 so it plans with it.
 """

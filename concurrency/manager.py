@@ -33,6 +33,7 @@ from .stats import BackendStats, ManagerStats, QueueHeadEntry, WaitWindow
 __all__ = [
     "DEFAULT_LIMITS",
     "KNOWN_BACKENDS",
+    "LOW_PRIORITY",
     "LLMConcurrencyManager",
     "LLMPermit",
     "get_manager",
@@ -57,6 +58,9 @@ _RETRY_AFTER_CACHE_S = 0.5
 _HOLD_SAMPLES = 50
 _HOLD_HORIZON_S = 60.0
 _RETRY_AFTER_MAX_S = 300.0
+# The priority of a low-priority waiter (work done after an answer, such as its conversation summary): above any
+# request's priority (-(completed calls + 1) <= -1), and served only when no other waiter is queued, in both modes.
+LOW_PRIORITY = 1
 # Lazy deletion leaves dead waiters in the deque/heaps; rebuild once they outnumber live ones.
 _COMPACT_SLACK = 64
 # asyncio runs a timer up to one clock tick early (see BaseEventLoop._run_once); treat such a deadline
@@ -108,6 +112,7 @@ class _Backend:
         "holds",
         "in_progress",
         "limit",
+        "low",
         "name",
         "queue",
         "retry_cache",
@@ -134,6 +139,8 @@ class _Backend:
         self.queue: deque[_Waiter] = deque()
         # Priority mode only: (key, waiter) min-heap over the same waiters.
         self.heap: list[tuple[tuple[int, float, int], _Waiter]] = []
+        # Low-priority waiters, in arrival order: in neither of the above, served once those are empty.
+        self.low: deque[_Waiter] = deque()
         # (loop deadline, seq, waiter) min-heap plus ONE loop timer per backend, armed for the earliest
         # deadline. A timer per waiter (call_later + cancel) made a contended acquire ~2x slower: the
         # loop's timer heap compares TimerHandles in Python and fills up with cancelled handles.
@@ -176,12 +183,15 @@ class LLMPermit:
     ``waited_s`` is how long the permit took to obtain (0.0 when one was free).
     """
 
-    __slots__ = ("_backend", "_held", "_manager", "_since", "_timeout", "waited_s")
+    __slots__ = ("_backend", "_held", "_low_priority", "_manager", "_since", "_timeout", "waited_s")
 
-    def __init__(self, manager: LLMConcurrencyManager, backend: _Backend, timeout: float | None) -> None:
+    def __init__(
+        self, manager: LLMConcurrencyManager, backend: _Backend, timeout: float | None, low_priority: bool = False
+    ) -> None:
         self._manager = manager
         self._backend = backend
         self._timeout = timeout
+        self._low_priority = low_priority
         self._held = False
         self._since = 0.0
         self.waited_s = 0.0
@@ -204,7 +214,7 @@ class LLMPermit:
             b.total_acquired += 1
             b.samples.append((m._clock(), 0.0))
         else:
-            self.waited_s = await m._acquire_slow(b, self._timeout)
+            self.waited_s = await m._acquire_slow(b, self._timeout, self._low_priority)
         self._held = True
         self._since = m._clock()
         return self
@@ -272,6 +282,8 @@ class LLMConcurrencyManager:
         }
         self._seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Auxiliary calls (planner, summary...) that got no permit in time and were skipped, by kind.
+        self._skipped: dict[str, int] = {}
 
     # ------------------------------------------------------------------ properties
 
@@ -304,20 +316,25 @@ class LLMConcurrencyManager:
 
     # ------------------------------------------------------------------ acquiring
 
-    def acquire(self, backend: str, timeout: float | None = None) -> LLMPermit:
+    def acquire(self, backend: str, timeout: float | None = None, *, low_priority: bool = False) -> LLMPermit:
         """``async with manager.acquire("chat"):`` holds one permit of ``backend`` for the block.
 
         ``timeout``: seconds to wait in the queue (default ``acquire_timeout``; 0 = only take a free
-        permit). Raises ValueError for an unknown backend (a typo must not silently share another
-        backend's limit), BusyError("rejected") when ``max_waiters`` are already queued, and
-        BusyError("timeout") when no permit came in time.
+        permit). ``low_priority``: served only when no other waiter is queued (``LOW_PRIORITY``), never
+        boosted, so it never takes a permit ahead of a request's call. Raises ValueError for an unknown
+        backend (a typo must not silently share another backend's limit), BusyError("rejected") when
+        ``max_waiters`` are already queued, and BusyError("timeout") when no permit came in time.
         """
         b = self._backends.get(backend)
         if b is None:
             b = self._get_backend(backend)  # raises the ValueError
         if timeout is not None:
             _check_timeout("timeout", timeout)
-        return LLMPermit(self, b, timeout)
+        return LLMPermit(self, b, timeout, low_priority)
+
+    def auxiliary_skipped(self, kind: str) -> None:
+        """Count an auxiliary call of ``kind`` (planner, summary...) skipped because no permit came in time."""
+        self._skipped[kind] = self._skipped.get(kind, 0) + 1
 
     async def run(
         self,
@@ -338,7 +355,7 @@ class LLMConcurrencyManager:
         async with self.acquire(backend, timeout):
             return await coro_fn(*args, **kwargs)
 
-    async def _acquire_slow(self, b: _Backend, max_wait: float | None) -> float:
+    async def _acquire_slow(self, b: _Backend, max_wait: float | None, low_priority: bool = False) -> float:
         """Queue for a permit; returns the seconds waited. The permit is counted in in_progress on return."""
         if b.waiting >= self._max_waiters:
             b.total_rejected += 1
@@ -356,10 +373,14 @@ class LLMConcurrencyManager:
         else:
             priority, arrival, request_id = -(ctx.completed_calls + 1), ctx.arrival, ctx.request_id
         self._seq += 1
-        w = _Waiter(loop.create_future(), priority, arrival, self._seq, now, request_id)
-        b.queue.append(w)
-        if self._priority:
-            heapq.heappush(b.heap, (w.key, w))
+        if low_priority:
+            w = _Waiter(loop.create_future(), LOW_PRIORITY, now, self._seq, now, request_id)
+            b.low.append(w)
+        else:
+            w = _Waiter(loop.create_future(), priority, arrival, self._seq, now, request_id)
+            b.queue.append(w)
+            if self._priority:
+                heapq.heappush(b.heap, (w.key, w))
         b.waiting += 1
         # Deadlines are resolved by the backend's timer callback rather than asyncio.timeout(): the
         # waiter is resolved inside the loop without cancelling our task, so a timeout can never be
@@ -445,6 +466,24 @@ class LLMConcurrencyManager:
         self._maybe_compact(b)
 
     def _pop_next(self, b: _Backend, now: float) -> _Waiter | None:
+        w = self._pop_request(b, now)
+        return w if w is not None else self._pop_low(b)
+
+    @staticmethod
+    def _pop_low(b: _Backend) -> _Waiter | None:
+        low = b.low
+        while low:
+            w = low.popleft()
+            if w.state is not _WAITING:
+                continue
+            if w.fut.done():
+                w.state = _CANCELLED
+                b.waiting -= 1
+                continue
+            return w
+        return None
+
+    def _pop_request(self, b: _Backend, now: float) -> _Waiter | None:
         q = b.queue
         while q:
             head = q[0]
@@ -482,6 +521,8 @@ class LLMConcurrencyManager:
             # (see _on_deadline); it finds an empty heap and stops.
             if b.queue:
                 b.queue.clear()
+            if b.low:
+                b.low.clear()
             if b.heap:
                 b.heap.clear()
             if b.deadlines:
@@ -490,6 +531,8 @@ class LLMConcurrencyManager:
         bound = 2 * b.waiting + _COMPACT_SLACK
         if len(b.queue) > bound:
             b.queue = deque(w for w in b.queue if w.state is _WAITING)
+        if len(b.low) > bound:
+            b.low = deque(w for w in b.low if w.state is _WAITING)
         if len(b.heap) > bound:
             b.heap = [e for e in b.heap if e[1].state is _WAITING]
             heapq.heapify(b.heap)
@@ -527,6 +570,7 @@ class LLMConcurrencyManager:
                 b.in_progress = 0
                 b.waiting = 0
                 b.queue.clear()
+                b.low.clear()
                 b.heap.clear()
                 b.deadlines.clear()
         for b in self._backends.values():
@@ -621,6 +665,7 @@ class LLMConcurrencyManager:
             "acquire_timeout": self._acquire_timeout,
             "max_waiters": self._max_waiters,
             "live_requests": len(live_request_contexts()),
+            "auxiliary_skipped": dict(self._skipped),
             "backends": {name: self._backend_stats(b, now, queue_head) for name, b in list(self._backends.items())},
         }
 
@@ -661,12 +706,14 @@ class LLMConcurrencyManager:
                 order += heapq.nsmallest(size - len(order), live[n_boosted:], key=lambda w: w.key)
         else:
             order = live
+        if len(order) < size:
+            order += [w for w in list(b.low) if w.state is _WAITING and not w.fut.done()]
         return [
             {
                 "request_id": w.request_id,
                 "priority": w.priority,
                 "waited_ms": round((now - w.enqueued) * 1000.0, 3),
-                "boosted": self._priority and now - w.enqueued >= threshold,
+                "boosted": self._priority and w.priority != LOW_PRIORITY and now - w.enqueued >= threshold,
             }
             for w in order[:size]
         ]

@@ -13,6 +13,7 @@ from concurrency.live.workers import redis_config
 from concurrency.models import BACKENDS, ConcurrencySettings
 
 __all__ = [
+    "auxiliary_skipped_summary",
     "concurrency_priority",
     "concurrency_settings_defaults",
     "concurrency_settings_get",
@@ -143,6 +144,15 @@ def workers_summary(workers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return summary
 
 
+def auxiliary_skipped_summary(workers: list[dict[str, Any]]) -> dict[str, int]:
+    """Auxiliary LLM calls (planner, summary...) skipped for want of a slot, per kind, summed over ``workers``."""
+    skipped: dict[str, int] = {}
+    for worker in workers:
+        for kind, count in ((worker.get("manager") or {}).get("auxiliary_skipped") or {}).items():
+            skipped[kind] = skipped.get(kind, 0) + int(count)
+    return dict(sorted(skipped.items()))
+
+
 def _settings_payload() -> dict[str, Any]:
     """The settings this worker applied (or the row, before the first apply)."""
     current = settings_current()
@@ -158,7 +168,8 @@ def seed_backends(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, int
 def concurrency_status() -> dict[str, Any]:
     """GET /api/v1/admin/concurrency/status: the seed's shape, each backend at the top level summed over workers
     (`{"chat": {"limit", "available", "in_progress", ...}, ...}`); beside them this worker in full, the settings,
-    every worker and the full sums (wait percentiles, rejections) under `summary`."""
+    every worker and the full sums (wait percentiles, rejections) under `summary`; the auxiliary calls skipped for
+    want of a slot, per kind and summed over workers, under `auxiliary_skipped`."""
     workers = concurrency_workers()
     local = next(w for w in workers if w["worker_id"] == worker_id())
     summary = workers_summary(workers)
@@ -171,6 +182,7 @@ def concurrency_status() -> dict[str, Any]:
         "cluster": local["manager"].get("cluster"),
         "workers": workers,
         "summary": summary,
+        "auxiliary_skipped": auxiliary_skipped_summary(workers),
         "server_time": time.time(),
     }
 

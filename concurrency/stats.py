@@ -64,6 +64,8 @@ class ManagerStats(TypedDict):
     acquire_timeout: float
     max_waiters: int
     live_requests: int
+    # Auxiliary calls (planner, summary...) skipped before they started because no permit came in time, by kind.
+    auxiliary_skipped: dict[str, int]
     backends: dict[str, BackendStats]
     # Only with cluster-wide limits (concurrency.cluster): the whole cluster's use, as Redis last said.
     cluster: NotRequired[ClusterStats]

@@ -172,6 +172,7 @@ class PipelineRun:
             "tools": list(state.tools_used),
             "cached": state.cache_hit is not None,
             "degraded": state.degraded,
+            "skipped": [step.as_dict() for step in state.skipped],
             "sources": [source.as_dict() for source in state.sources],
             "attachments": [{"name": a.name, "url": a.url, "media_type": a.media_type} for a in state.attachments],
             "usage": state.usage.as_dict(),

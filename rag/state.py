@@ -117,6 +117,17 @@ class Attachment:
 
 
 @dataclass(slots=True)
+class SkippedStep:
+    """An auxiliary LLM step (the planner...) skipped before its call started, its rules standing in."""
+
+    step: str
+    reason: str  # rag.errors.SlotUnavailable.reason: slot_timeout, queue_full, rate_limit
+
+    def as_dict(self) -> dict[str, str]:
+        return {"step": self.step, "reason": self.reason}
+
+
+@dataclass(slots=True)
 class PipelineState:
     # --- request (set by the caller) ---
     request_id: str
@@ -160,6 +171,8 @@ class PipelineState:
     # returns `new_summary` (the offline one) when the call fails or times out. Nobody calls it for the API.
     summary_job: Callable[[], Awaitable[str]] | None = field(default=None, repr=False, compare=False)
     usage: Usage = field(default_factory=Usage)
+    # auxiliary steps skipped because their LLM call could not get a slot in time (reported in `meta_summary`)
+    skipped: list[SkippedStep] = field(default_factory=list)
     # answered from the passages alone because the answer LLM failed for good (never cached, flagged to the client)
     degraded: bool = False
     # whether this request may be answered degraded at all (an API client wants the error, to retry as it does)

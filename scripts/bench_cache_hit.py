@@ -14,23 +14,36 @@ requests in flight:
 
 Latency is from `runtime.start()` to the terminal event; "first delta" is to the first answer event.
 
+End to end over SSE (`--sse`): a real daphne worker (`chatbot.asgi`, port `--port`) on the same private data
+folder (SQLite, local Qdrant, offline nodes, the semantic cache on), the index built by `manage.py reindex`; a client
+on loopback posts each question to `/api/v1/rag/ask/stream_chat` on a new connection and times it from sending the
+request to reading the terminal event's frame. The stored questions are asked once first (and again until the
+cache serves them), then `--requests` hits are timed one after another (each response's `cached` flag is checked).
+`--compare DIR` starts a second worker from another checkout of the project (e.g. the commit before a change) on
+the next port, with a data folder of its own, and alternates the requests between the two, so both see the same
+load on a shared machine.
+
 Threshold (`--sweep`): the hand-written paraphrase sets (tests/rag/semcache/paraphrases.py) with the cache's own
 key, embedding and guard, every stored question cached together as in production: recall on paraphrases and
 wrong answers served, with and without the guard.
 
     .venv/bin/python scripts/bench_cache_hit.py [--requests 300] [--concurrency 50] [--sweep]
+    .venv/bin/python scripts/bench_cache_hit.py --sse [--requests 300] [--port 21150] [--compare DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +64,7 @@ os.environ.update(
     DATABASE_URL="",
     REDIS_URL="",
     RAG_RATE_LIMIT_PER_MINUTE="0",
+    RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE="0",
     RAG_PRELOAD="false",
     LOG_LEVEL="WARNING",
 )
@@ -196,6 +210,105 @@ async def latency(
     return rows
 
 
+# --- end to end over SSE, against a daphne worker ---------------------------------------------------------------
+
+
+async def sse_ask(port: int, question: str) -> tuple[float, float, dict[str, Any]]:
+    """POST one question on a new connection: (seconds to the terminal frame, to the first answer frame, terminal)."""
+    body = json.dumps({"question": question}).encode()
+    head = (
+        f"POST /api/v1/rag/ask/stream_chat HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    started = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    first = 0.0
+    try:
+        writer.write(head + body)
+        await writer.drain()
+        async with asyncio.timeout(30.0):
+            while line := await reader.readline():
+                if not line.startswith(b"data: "):
+                    continue
+                event = json.loads(line[6:])
+                if not first and event.get("channel") == "answer":
+                    first = time.perf_counter() - started
+                if event.get("channel") in ("meta_summary", "error"):
+                    return time.perf_counter() - started, first, event
+    finally:
+        writer.close()
+    raise RuntimeError("the stream ended without a terminal event")
+
+
+def start_worker(port: int, root: Path = ROOT, data: Path = _DATA) -> subprocess.Popen[bytes]:
+    """A daphne worker of the checkout at `root` on `data` (migrated and indexed here), once it answers."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DATA_DIR": str(data), "QDRANT_PATH": str(data / "qdrant")}
+    for step in (["migrate", "--noinput"], ["reindex"]):
+        subprocess.run([sys.executable, str(root / "manage.py"), *step], env=env, check=True, capture_output=True)
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatbot.asgi:application"]
+    log = open(data / "daphne.log", "wb")  # noqa: SIM115 - closed with the process
+    worker = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=1.0):
+                return worker
+        except OSError:
+            time.sleep(0.2)
+    worker.terminate()
+    raise RuntimeError(f"daphne did not start on port {port}: see {data / 'daphne.log'}")
+
+
+async def sse_hits(port: int) -> list[str]:
+    """The stored questions, asked until the worker's cache serves them (its writer keeps them shortly after)."""
+    questions = [case.stored for case in CASES + HELD_OUT]
+    hits: list[str] = []
+    for _ in range(20):
+        hits = [q for q in questions if (await sse_ask(port, q))[2].get("cached")]
+        if len(hits) >= len(questions) // 2:
+            break
+        await asyncio.sleep(0.25)
+    print(f"port {port}: {len(questions)} stored questions, {len(hits)} served from the cache")
+    return hits
+
+
+async def sse_latency(args: argparse.Namespace, ports: Sequence[int]) -> list[dict[str, Any]]:
+    """Per worker, its summary; the requests alternate between the workers."""
+    hits = [await sse_hits(port) for port in ports]
+    for i in range(min(50, args.requests)):  # warm-up, not counted
+        for port, questions in zip(ports, hits, strict=True):
+            await sse_ask(port, questions[i % len(questions)])
+    results: list[list[tuple[float, float, dict[str, Any]]]] = [[] for _ in ports]
+    started = time.perf_counter()
+    for i in range(args.requests):
+        for done, port, questions in zip(results, ports, hits, strict=True):
+            done.append(await sse_ask(port, questions[i % len(questions)]))
+    wall = time.perf_counter() - started
+    return [summarise(done, wall / len(ports), True) for done in results]
+
+
+def sse_main(args: argparse.Namespace) -> None:
+    workers = [(str(ROOT), start_worker(args.port))]
+    try:
+        if args.compare:
+            other = Path(args.compare).resolve()
+            data = Path(tempfile.mkdtemp(prefix="bench-semcache-compare-"))
+            workers.append((str(other), start_worker(args.port + 1, other, data)))
+        rows = asyncio.run(sse_latency(args, [args.port + i for i in range(len(workers))]))
+    finally:
+        for _, worker in workers:
+            worker.terminate()
+            worker.wait(timeout=30)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("\n| code | requests | median | p95 | median to first delta | requests/s | errors | not cached |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (root, _), r in zip(workers, rows, strict=True):
+        print(
+            f"| {root} | {r['n']} | {r['median']:.1f} ms | {r['p95']:.1f} ms | {r['first_median']:.1f} ms "
+            f"| {r['throughput']:.0f} | {r['errors']} | {r['unexpected']} |"
+        )
+
+
 # --- threshold sweep ------------------------------------------------------------------------------------------
 
 
@@ -268,12 +381,20 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds the requests are split into")
     parser.add_argument("--sweep", action="store_true", help="also print the threshold sweep")
+    parser.add_argument("--sse", action="store_true", help="cache hits end to end over SSE against a daphne worker")
+    parser.add_argument("--port", type=int, default=21150, help="the daphne worker's port with --sse")
+    parser.add_argument("--compare", default="", help="with --sse: another checkout whose worker is timed alongside")
     args = parser.parse_args()
     print(f"machine: {platform.platform()}; {platform.machine()}; cpus={os.cpu_count()}")
     print(f"python: {platform.python_implementation()} {platform.python_version()}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     command = f"--requests {args.requests} --concurrency {args.concurrency} --rounds {args.rounds}"
     command += " --sweep" if args.sweep else ""
+    if args.sse:
+        compare = f" --compare {args.compare}" if args.compare else ""
+        print(f"command: .venv/bin/python scripts/bench_cache_hit.py --sse --requests {args.requests}{compare}")
+        sse_main(args)
+        return
     print(f"command: .venv/bin/python scripts/bench_cache_hit.py {command}")
     # the blocking set-up, before the event loop: database, index of the demo corpus, the cache beside it
     call_command("migrate", verbosity=0)

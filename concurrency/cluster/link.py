@@ -60,7 +60,7 @@ class RedisLink:
 
     def keys(self, backend: str) -> list[str]:
         base = f"{self.prefix}:llm:{backend}"
-        return [f"{base}:holders", f"{base}:queue", f"{base}:qtime", f"{base}:wlease"]
+        return [f"{base}:holders", f"{base}:queue", f"{base}:qtime", f"{base}:wlease", f"{base}:low"]
 
     def _common(self, limit: int, lease_ms: int, threshold_ms: int, priority: bool) -> list[Any]:
         return [limit, lease_ms, threshold_ms, 1 if priority else 0, self.grant_channel_prefix]

@@ -28,7 +28,7 @@ from typing import Any
 
 from concurrency.context import _current
 from concurrency.errors import BusyError
-from concurrency.manager import LLMConcurrencyManager, LLMPermit, _check_limit
+from concurrency.manager import LOW_PRIORITY, LLMConcurrencyManager, LLMPermit, _check_limit
 from concurrency.redis_calls import redis_call
 from concurrency.stats import ClusterBackendStats, ClusterStats, ManagerStats, QueueHeadEntry
 
@@ -78,8 +78,10 @@ class ClusterPermit(LLMPermit):
 
     __slots__ = ("_token",)
 
-    def __init__(self, manager: ClusterManager, backend: Any, timeout: float | None) -> None:
-        super().__init__(manager, backend, timeout)
+    def __init__(
+        self, manager: ClusterManager, backend: Any, timeout: float | None, low_priority: bool = False
+    ) -> None:
+        super().__init__(manager, backend, timeout, low_priority)
         self._token: str | None = None
 
     async def __aenter__(self) -> ClusterPermit:
@@ -88,7 +90,7 @@ class ClusterPermit(LLMPermit):
         m = self._cluster
         started = m._clock()
         if m.state == "redis":
-            token = await m._acquire_remote(self._backend.name, self._timeout)
+            token = await m._acquire_remote(self._backend.name, self._timeout, self._low_priority)
             if token is not None:
                 self._token, self._held = token, True
                 self.waited_s = m._clock() - started
@@ -191,9 +193,9 @@ class ClusterManager(LLMConcurrencyManager):
             if self._backends[name].limit != self.share(name):
                 super().set_limit(name, self.share(name))
 
-    def acquire(self, backend: str, timeout: float | None = None) -> ClusterPermit:
+    def acquire(self, backend: str, timeout: float | None = None, *, low_priority: bool = False) -> ClusterPermit:
         permit = super().acquire(backend, timeout)
-        return ClusterPermit(self, permit._backend, timeout)
+        return ClusterPermit(self, permit._backend, timeout, low_priority)
 
     def _common(self, backend: str) -> list[Any]:
         link = self._link
@@ -207,7 +209,7 @@ class ClusterManager(LLMConcurrencyManager):
 
     # ------------------------------------------------------------------ Redis permits
 
-    async def _acquire_remote(self, backend: str, max_wait: float | None) -> str | None:
+    async def _acquire_remote(self, backend: str, max_wait: float | None, low_priority: bool = False) -> str | None:
         """A permit token from Redis, or None when Redis failed (the caller falls back to the local share)."""
         link = self._ensure_link()
         counts = self._counts[backend]
@@ -215,7 +217,7 @@ class ClusterManager(LLMConcurrencyManager):
         queue_full = sum(1 for w in self._waiters.values() if w.backend == backend) >= self.max_waiters
         wait_limit = self.acquire_timeout if max_wait is None else max_wait
         may_queue = not queue_full and wait_limit > 0
-        waiter = self._new_waiter(backend)
+        waiter = self._new_waiter(backend, low_priority)
         self._waiters[waiter.token] = waiter
         try:
             granted, now_ms = await redis_call(
@@ -255,13 +257,16 @@ class ClusterManager(LLMConcurrencyManager):
         self._taken(backend, waiter)
         return waiter.token
 
-    def _new_waiter(self, backend: str) -> _RemoteWaiter:
+    def _new_waiter(self, backend: str, low_priority: bool = False) -> _RemoteWaiter:
         now = self._clock()
         ctx = _current.get()
         if ctx is None:
             priority, arrival, request_id = -1, now, None
         else:
             priority, arrival, request_id = -(ctx.completed_calls + 1), ctx.arrival, ctx.request_id
+        if low_priority:
+            # A positive score: the scripts queue it apart, behind every request's call (in arrival order).
+            priority, arrival = LOW_PRIORITY, now
         # The request's arrival on the wall clock, so requests on different hosts compare (to their clock skew).
         arrival_ms = round((time.time() - (now - arrival)) * 1000)
         token = f"{self.worker_id}|{uuid.uuid4().hex}"
@@ -491,13 +496,18 @@ class ClusterManager(LLMConcurrencyManager):
 
     def _remote_head(self, waiters: list[_RemoteWaiter]) -> list[QueueHeadEntry]:
         now = self._clock()
-        order = sorted(waiters, key=lambda w: (w.enqueued_ms,) if not self.priority_enabled else (w.score,))
+        order = sorted(
+            waiters,
+            key=lambda w: (w.priority == LOW_PRIORITY, w.enqueued_ms) if not self.priority_enabled else (w.score,),
+        )
         return [
             {
                 "request_id": w.request_id,
                 "priority": w.priority,
                 "waited_ms": round((now - w.started) * 1000.0, 3),
-                "boosted": self.priority_enabled and now - w.started >= self.starvation_threshold,
+                "boosted": self.priority_enabled
+                and w.priority != LOW_PRIORITY
+                and now - w.started >= self.starvation_threshold,
             }
             for w in order
         ]

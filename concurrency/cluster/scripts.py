@@ -7,6 +7,9 @@ Keys of one backend (``<prefix>:llm:<backend>:...``):
 - ``queue``: sorted set, waiter token -> priority score (priority, then the request's arrival).
 - ``qtime``: sorted set, waiter token -> enqueue time (ms): FIFO order, and the starvation boost.
 - ``wlease``: sorted set, waiter token -> lease expiry (ms): a dead worker's waiters leave the queue too.
+- ``low``: sorted set, low-priority waiter token -> enqueue time (ms). A waiter whose priority score is positive (work
+  done after an answer, such as its conversation summary) waits here rather than in ``queue``/``qtime``, and is
+  served only when those are empty, in both modes: it never takes a permit ahead of a request's call.
 
 A token is ``<worker id>|<uuid>``; a permit handed to a waiter is announced on ``<channel prefix><worker id>``.
 Every script first drops expired leases, then hands free permits to the next waiters (FIFO by enqueue time, or
@@ -34,6 +37,21 @@ local function forget_waiter(token)
   redis.call('ZREM', KEYS[2], token)
   redis.call('ZREM', KEYS[3], token)
   redis.call('ZREM', KEYS[4], token)
+  redis.call('ZREM', KEYS[5], token)
+end
+
+local function queue_waiter(token, score, enqueued)
+  if score > 0 then
+    redis.call('ZADD', KEYS[5], enqueued, token)
+  else
+    redis.call('ZADD', KEYS[2], score, token)
+    redis.call('ZADD', KEYS[3], enqueued, token)
+  end
+  redis.call('ZADD', KEYS[4], now + lease, token)
+end
+
+local function queued()
+  return redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[5])
 end
 
 local function expire()
@@ -47,13 +65,18 @@ end
 local function grant()
   local free = limit - redis.call('ZCARD', KEYS[1])
   while free > 0 do
+    local token
     local oldest = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
     if #oldest == 0 then
-      return
-    end
-    local token = oldest[1]
-    if prio == 1 and now - tonumber(oldest[2]) < threshold then
-      token = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+      token = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+      if not token then
+        return
+      end
+    else
+      token = oldest[1]
+      if prio == 1 and now - tonumber(oldest[2]) < threshold then
+        token = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+      end
     end
     forget_waiter(token)
     redis.call('ZADD', KEYS[1], now + lease, token)
@@ -63,8 +86,8 @@ local function grant()
 end
 """
 
-# KEYS: holders, queue, qtime, wlease. ARGV[6] token, ARGV[7] priority score, ARGV[8] 1 to queue when no permit
-# is free (0: only take a free one).
+# KEYS: holders, queue, qtime, wlease, low. ARGV[6] token, ARGV[7] priority score (positive: low priority), ARGV[8] 1
+# to queue when no permit is free (0: only take a free one).
 # Returns {granted (0/1), now ms (a string: Lua numbers come back as integers), holders, queued}.
 ACQUIRE = (
     _COMMON
@@ -72,17 +95,15 @@ ACQUIRE = (
 local token = ARGV[6]
 expire()
 grant()
-if redis.call('ZCARD', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) < limit then
+if queued() == 0 and redis.call('ZCARD', KEYS[1]) < limit then
   redis.call('ZADD', KEYS[1], now + lease, token)
   return {1, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), 0}
 end
 if ARGV[8] == '0' then
-  return {0, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
+  return {0, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), queued()}
 end
-redis.call('ZADD', KEYS[2], tonumber(ARGV[7]), token)
-redis.call('ZADD', KEYS[3], now, token)
-redis.call('ZADD', KEYS[4], now + lease, token)
-return {0, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
+queue_waiter(token, tonumber(ARGV[7]), now)
+return {0, string.format('%.3f', now), redis.call('ZCARD', KEYS[1]), queued()}
 """
 )
 
@@ -132,7 +153,7 @@ for i = 7 + n, #ARGV do
     granted[#granted + 1] = ARGV[i]
   end
 end
-return {granted, lost_holders, lost_waiters, redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZCARD', KEYS[2])}
+return {granted, lost_holders, lost_waiters, redis.call('ZRANGE', KEYS[1], 0, -1), queued()}
 """
 )
 
@@ -150,9 +171,7 @@ end
 for i = 7 + n, #ARGV, 3 do
   local token = ARGV[i]
   if not redis.call('ZSCORE', KEYS[1], token) then
-    redis.call('ZADD', KEYS[2], tonumber(ARGV[i + 1]), token)
-    redis.call('ZADD', KEYS[3], tonumber(ARGV[i + 2]), token)
-    redis.call('ZADD', KEYS[4], now + lease, token)
+    queue_waiter(token, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
   end
 end
 expire()

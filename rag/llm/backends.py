@@ -22,7 +22,7 @@ from rag.llm.client import ClientKey, get_client
 from rag.llm.config import CallPolicyConfig, LLMConfig
 from rag.llm.errors import InvalidLLMOutput
 from rag.llm.json_output import parse_json_output
-from rag.llm.policy import CallLabel, CallPolicy, StreamTimeouts
+from rag.llm.policy import DEFAULT_SLOT, CallLabel, CallPolicy, SlotTerms, StreamTimeouts
 from rag.llm.streams import ChatStreamParser, ResponsesStreamParser, chat_usage, responses_usage
 from rag.llm.types import LLMDelta, LLMResult
 from rag.state import Usage
@@ -128,12 +128,14 @@ class LLMBackend:
         max_tokens: int | None = None,
         total_timeout: float | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        slot: SlotTerms = DEFAULT_SLOT,
     ) -> AsyncGenerator[LLMDelta, None]:
         """Stream an answer: ``answer`` and ``reasoning`` deltas as they come, then one ``usage`` delta.
 
-        Give ``messages`` (chat-style, either backend) or ``instructions`` + ``input``. Raises rag.errors
-        Busy / UpstreamTimeout / UpstreamError. Iterate it inside ``contextlib.aclosing(...)`` so that leaving
-        the loop early (or being cancelled) closes the upstream stream and frees the slot at once.
+        Give ``messages`` (chat-style, either backend) or ``instructions`` + ``input``; ``total_timeout`` counts
+        from when the call holds its slot, whose wait ``slot`` bounds. Raises rag.errors Busy (SlotUnavailable when
+        it never started) / UpstreamTimeout / UpstreamError. Iterate it inside ``contextlib.aclosing(...)`` so that
+        leaving the loop early (or being cancelled) closes the upstream stream and frees the slot at once.
         """
         cfg = self.config
         model = model or cfg.model_for(backend, node)
@@ -174,7 +176,9 @@ class LLMBackend:
         report = functools.partial(report_generation, node=node, model=model, started=started, operation="stream")
         reported = False
         try:
-            async with contextlib.aclosing(self.policy.stream(label, open_stream, new_parser, timeouts)) as deltas:
+            async with contextlib.aclosing(
+                self.policy.stream(label, open_stream, new_parser, timeouts, slot)
+            ) as deltas:
                 async for delta in deltas:
                     if delta.usage is not None:
                         report(usage=delta.usage)
@@ -217,11 +221,13 @@ class LLMBackend:
         max_tokens: int | None = None,
         total_timeout: float | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        slot: SlotTerms = DEFAULT_SLOT,
     ) -> LLMResult:
         """A non-streamed completion. With ``json_schema``, structured output is requested (strict) and the
         answer is parsed and checked: ``parsed_json`` holds it, and a reply that does not conform raises
         rag.llm.errors.InvalidLLMOutput (callers fall back to their rules). Transport failures raise
-        rag.errors Busy / UpstreamTimeout / UpstreamError like ``stream_answer``.
+        rag.errors Busy / UpstreamTimeout / UpstreamError like ``stream_answer``; ``total_timeout`` and ``slot`` as
+        there.
         """
         cfg = self.config
         model = model or cfg.model_for(backend, node)
@@ -266,7 +272,9 @@ class LLMBackend:
         started = time.time()
         report = functools.partial(report_generation, node=node, model=model, started=started, operation="complete")
         try:
-            text, usage = await self.policy.call(label, attempt, total_timeout=total_timeout or cfg.total_timeout)
+            text, usage = await self.policy.call(
+                label, attempt, total_timeout=total_timeout or cfg.total_timeout, slot=slot
+            )
         except (Exception, asyncio.CancelledError) as exc:
             report(usage=None, error=generation_error(exc))
             raise

@@ -99,8 +99,9 @@ class CallPolicyConfig:
     # Seconds from a call's first attempt after which no retry starts: an LLM that fails every call ends the
     # request with upstream_error (or busy) while the user still waits, not after the whole call deadline.
     retry_budget: float = 20.0
-    # Seconds to wait for a concurrency slot; None = the manager's own acquire_timeout. Always capped by the
-    # remaining total deadline.
+    # Seconds to wait for a requests-per-minute spot and a concurrency slot, unless the call gives its own
+    # (rag.llm.policy.SlotTerms.wait); None = the manager's own acquire_timeout. The total deadline starts when the
+    # call holds its slot; a retry's wait is capped by what is left of it.
     acquire_timeout: float | None = None
 
     def __post_init__(self) -> None:

@@ -3,8 +3,11 @@
 Per call (streaming or not):
 
 1. Wait for a requests-per-minute spot (rag.llm.ratelimit), holding no concurrency slot; if the spot is
-   further away than the call's remaining deadline, fail fast with ``Busy``.
-2. Take a concurrency slot (``concurrency.manager.get_manager().acquire(backend)``) for the attempt only.
+   further away than the call's wait bound, fail fast with ``Busy``.
+2. Take a concurrency slot (``concurrency.manager.get_manager().acquire(backend)``) for the attempt only. Steps 1
+   and 2 share one wait bound (``SlotTerms.wait``, else ``CallPolicyConfig.acquire_timeout``, else the manager's);
+   a call that gets neither in time fails with ``SlotUnavailable`` (a ``Busy``) before anything is sent, and an
+   auxiliary call (planner, summary) is counted as skipped in the manager's stats.
 3. Run the attempt. Retry 429, 408, 5xx, SDK timeouts and connection errors with exponential backoff and full
    jitter, honouring ``Retry-After`` (wait max(backoff, retry_after)); the slot is released before sleeping,
    so a backing-off call never blocks a call that could run. A Retry-After beyond ``retry_after_cap`` or
@@ -16,7 +19,9 @@ Per call (streaming or not):
    wait while adding load.
 
 Timeouts: first token (per attempt, from sending the request), gap between chunks once streaming, and a total
-deadline over everything above. They are enforced here with asyncio rather than by the HTTP client, so each
+deadline that starts when the first attempt holds its slot: a long queue never cuts a call that is decoding (the
+server's work would be thrown away); the queue has its own bound (step 2). Retries wait for a slot within the total
+deadline. They are enforced here with asyncio rather than by the HTTP client, so each
 one maps to its own outcome. Cancellation closes the upstream HTTP stream (the server stops generating) and
 releases the slot, both in ``finally``.
 
@@ -47,13 +52,13 @@ from openai import (
 
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, get_manager
-from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
+from rag.errors import Busy, PipelineAbort, SlotUnavailable, UpstreamError, UpstreamTimeout
 from rag.llm.config import CallPolicyConfig
 from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
 from rag.llm.types import LLMDelta
 from rag.state import Usage
 
-__all__ = ["CallLabel", "CallPolicy", "StreamParser", "StreamTimeouts", "retry_after_seconds"]
+__all__ = ["CallLabel", "CallPolicy", "SlotTerms", "StreamParser", "StreamTimeouts", "retry_after_seconds"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +78,24 @@ class CallLabel:
     node: str
     model: str
     operation: str  # "stream" | "complete" | "embed"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotTerms:
+    """How a call waits for its slot (and its requests-per-minute spot).
+
+    ``wait``: seconds it may wait for both before it is given up unstarted (None: the policy's default).
+    ``low_priority``: served only when no request's call waits (work after an answer, such as its summary).
+    ``auxiliary``: the kind of an auxiliary step (planner, summary) whose rules stand in when it cannot start:
+    such a call given up unstarted is counted as skipped under this kind.
+    """
+
+    wait: float | None = None
+    low_priority: bool = False
+    auxiliary: str | None = None
+
+
+DEFAULT_SLOT = SlotTerms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,25 +214,34 @@ class CallPolicy:
         ceiling = min(cfg.backoff_max, cfg.backoff_base * 2.0 ** min(attempt - 1, 60))
         return ceiling * self._rng() if cfg.jitter else ceiling
 
-    async def _wait_for_rate(self, label: CallLabel, deadline: float) -> None:
+    async def _wait_for_rate(self, label: CallLabel, wait_until: float, slot: SlotTerms, attempt: int) -> None:
         loop = asyncio.get_running_loop()
         try:
-            waited = await self.limiter.wait(label.backend, max(0.0, deadline - loop.time()))
+            waited = await self.limiter.wait(label.backend, max(0.0, wait_until - loop.time()))
         except RateLimited as exc:
             logger.info(
                 "llm rate limit backend=%s node=%s retry_after=%.1f", label.backend, label.node, exc.retry_after
             )
-            raise Busy(
-                f"The language model request quota is used up; retry in {math.ceil(exc.retry_after)} s.",
-                retry_after=exc.retry_after,
-            ) from None
+            message = f"The language model request quota is used up; retry in {math.ceil(exc.retry_after)} s."
+            raise self._not_started(slot, attempt, message, "rate_limit", exc.retry_after) from None
         if waited:
             logger.info("llm rate limit wait backend=%s node=%s waited_ms=%d", label.backend, label.node, waited * 1e3)
 
-    def _acquire_timeout(self, manager: LLMConcurrencyManager, deadline: float) -> float:
-        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
-        configured = self.config.acquire_timeout
-        return min(manager.acquire_timeout if configured is None else configured, remaining)
+    def _wait_until(self, slot: SlotTerms, deadline: float | None) -> float:
+        """When the wait for a spot and a slot gives up: the wait bound, and the deadline for a retry."""
+        bound = slot.wait if slot.wait is not None else self.config.acquire_timeout
+        if bound is None:
+            bound = self._manager().acquire_timeout
+        wait_until = asyncio.get_running_loop().time() + bound
+        return wait_until if deadline is None else min(wait_until, deadline)
+
+    def _not_started(self, slot: SlotTerms, attempt: int, message: str, reason: str, retry_after: float | None) -> Busy:
+        """The error for a call given up before its attempt was sent; the first one of an auxiliary step is a skip."""
+        if attempt > 1:
+            return Busy(message, retry_after=retry_after)
+        if slot.auxiliary is not None:
+            self._manager().auxiliary_skipped(slot.auxiliary)
+        return SlotUnavailable(message, reason=reason, retry_after=retry_after)
 
     def _retry_delay(self, label: CallLabel, failure: _Failure, attempt: int, deadline: float) -> float:
         """Seconds to sleep before the next attempt, or raise the terminal error when there is none."""
@@ -245,12 +277,12 @@ class CallPolicy:
             (asyncio.get_running_loop().time() - started) * 1e3,
         )
 
-    def _busy(self, label: CallLabel, exc: BusyError) -> Busy:
+    def _busy(self, label: CallLabel, exc: BusyError, slot: SlotTerms, attempt: int) -> Busy:
         # The manager's message (slot counts, queue length) is for operators; the user gets the short version.
         logger.info("llm slot busy backend=%s node=%s reason=%s", label.backend, label.node, exc.reason)
-        return Busy(
-            f"All language model slots are busy; retry in {math.ceil(exc.retry_after)} s.", retry_after=exc.retry_after
-        )
+        message = f"All language model slots are busy; retry in {math.ceil(exc.retry_after)} s."
+        reason = "slot_timeout" if exc.reason == "timeout" else "queue_full"
+        return self._not_started(slot, attempt, message, reason, exc.retry_after)
 
     def _deadline_error(self, label: CallLabel, attempt: int) -> UpstreamTimeout:
         return UpstreamTimeout(
@@ -259,20 +291,34 @@ class CallPolicy:
 
     # ------------------------------------------------------------------ non-streaming calls
 
-    async def call(self, label: CallLabel, attempt_fn: Callable[[], Awaitable[T]], *, total_timeout: float) -> T:
-        """Run ``attempt_fn`` (one upstream request) under the policy; the attempt may take the whole deadline."""
+    async def call(
+        self,
+        label: CallLabel,
+        attempt_fn: Callable[[], Awaitable[T]],
+        *,
+        total_timeout: float,
+        slot: SlotTerms = DEFAULT_SLOT,
+    ) -> T:
+        """Run ``attempt_fn`` (one upstream request) under the policy; the attempt may take the whole deadline,
+        which starts when the first attempt holds its slot."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + total_timeout
-        retry_deadline = self._retry_deadline(loop.time(), deadline)
+        deadline: float | None = None
+        retry_deadline = math.inf
         attempt = 0
         while True:
             attempt += 1
-            await self._wait_for_rate(label, deadline)
+            wait_until = self._wait_until(slot, deadline)
+            await self._wait_for_rate(label, wait_until, slot, attempt)
             manager = self._manager()
             started = loop.time()
             try:
-                async with manager.acquire(label.backend, self._acquire_timeout(manager, deadline)):
+                async with manager.acquire(
+                    label.backend, max(0.0, wait_until - loop.time()), low_priority=slot.low_priority
+                ):
                     started = loop.time()
+                    if deadline is None:
+                        deadline = started + total_timeout
+                        retry_deadline = self._retry_deadline(started, deadline)
                     try:
                         async with asyncio.timeout_at(deadline):
                             result = await attempt_fn()
@@ -282,7 +328,7 @@ class CallPolicy:
                     except OpenAIError as exc:
                         raise _AttemptFailed(_classify(exc)) from exc
             except BusyError as exc:
-                raise self._busy(label, exc) from None
+                raise self._busy(label, exc, slot, attempt) from None
             except _AttemptFailed as failed:
                 self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
                 await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, retry_deadline))
@@ -298,24 +344,32 @@ class CallPolicy:
         open_stream: Callable[[], Awaitable[AsyncStream[Any]]],
         new_parser: Callable[[], StreamParser],
         timeouts: StreamTimeouts,
+        slot: SlotTerms = DEFAULT_SLOT,
     ) -> AsyncGenerator[LLMDelta, None]:
         """Yield the deltas of one streamed completion, then one ``usage`` delta when the server reported it.
 
-        Consume it with ``contextlib.aclosing`` (or run it to the end): a generator abandoned half-way holds its
-        slot and upstream stream until it is garbage-collected.
+        The total deadline starts when the first attempt holds its slot. Consume it with ``contextlib.aclosing``
+        (or run it to the end): a generator abandoned half-way holds its slot and upstream stream until it is
+        garbage-collected.
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeouts.total
-        retry_deadline = self._retry_deadline(loop.time(), deadline)
+        deadline: float | None = None
+        retry_deadline = math.inf
         attempt = 0
         while True:
             attempt += 1
-            await self._wait_for_rate(label, deadline)
+            wait_until = self._wait_until(slot, deadline)
+            await self._wait_for_rate(label, wait_until, slot, attempt)
             manager = self._manager()
             started = loop.time()
             try:
-                async with manager.acquire(label.backend, self._acquire_timeout(manager, deadline)):
+                async with manager.acquire(
+                    label.backend, max(0.0, wait_until - loop.time()), low_priority=slot.low_priority
+                ):
                     started = loop.time()
+                    if deadline is None:
+                        deadline = started + timeouts.total
+                        retry_deadline = self._retry_deadline(started, deadline)
                     attempt_deltas = self._attempt(label, attempt, open_stream, new_parser(), timeouts, deadline)
                     # aclosing: if our consumer stops early, the attempt's finally (closing the upstream
                     # stream) must run now, not whenever the inner generator is garbage-collected.
@@ -324,7 +378,7 @@ class CallPolicy:
                             yield delta
                     return
             except BusyError as exc:
-                raise self._busy(label, exc) from None
+                raise self._busy(label, exc, slot, attempt) from None
             except _AttemptFailed as failed:
                 self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
                 # Out of the slot's block: the slot is already released while we sleep.

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from rag.deps import PromptProvider, PromptSnapshot
-from rag.errors import Busy, PipelineAbort, UpstreamTimeout
+from rag.errors import Busy, PipelineAbort, SlotUnavailable, UpstreamTimeout
 from rag.events import StreamWriter
 from rag.llm.errors import InvalidLLMOutput
 from rag.llm_nodes.prompts import CataloguePrompts
-from rag.state import PipelineState, Turn, Usage
+from rag.state import PipelineState, SkippedStep, Turn, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,15 @@ def fallback_reason(exc: BaseException) -> str:
     if isinstance(exc, PromptUnavailable):
         return "prompt_unavailable"
     return "error"
+
+
+def skipped(state: PipelineState, step: str, exc: BaseException) -> dict[str, str]:
+    """When ``exc`` says the step's call never started (no slot in its wait bound), record the step as skipped for
+    `meta_summary` and return the status event's field saying so; otherwise nothing."""
+    if not isinstance(exc, SlotUnavailable):
+        return {}
+    state.skipped.append(SkippedStep(step, exc.reason))
+    return {"skipped": exc.reason}
 
 
 def fallback_detail(exc: BaseException) -> str:

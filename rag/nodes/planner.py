@@ -5,6 +5,10 @@ with the routes (a follow-up without a previous answer is a new question; FAQ an
 search, because the answer may only come from the help centre). A reply that does not fit the schema, a timeout,
 an upstream error or a full queue falls back to the rules: the answer matters more than the plan. The status
 event says which one decided (`plan_source`: llm, rules, rules_fallback) and why it fell back.
+
+The model's call waits at most `slot_wait` seconds for an LLM slot; past that it is skipped before it starts (the
+status event's `skipped` and `meta_summary`'s `skipped` say so, the concurrency console counts it), and `timeout`
+counts from when the call holds its slot, so a plan being decoded is never cut because the queue was long.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
+from rag.llm.policy import SlotTerms
 from rag.llm_nodes import calls
 from rag.llm_nodes.followup import canonical_instruction
 from rag.llm_nodes.prompts import PLANNER
@@ -55,12 +60,14 @@ class Planner:
         llm: Any = None,
         prompts: PromptProvider | None = None,
         timeout: float = 10.0,
+        slot_wait: float = 3.0,
         history_turns: int = 2,
         history_chars: int = 800,
     ) -> None:
         self._llm = llm
         self._prompts = calls.prompt_provider(prompts)
         self._timeout = timeout
+        self._slot = SlotTerms(wait=slot_wait, auxiliary=NAME)
         self._history_turns = history_turns
         self._history_chars = history_chars
 
@@ -79,6 +86,7 @@ class Planner:
                 source="rules_fallback",
                 fallback_reason=calls.fallback_reason(exc),
                 detail=calls.fallback_detail(exc),
+                **calls.skipped(state, NAME, exc),
             )
         extra = {"adjusted": adjusted} if adjusted else {}
         return await self._apply(state, writer, plan, source="llm", **extra)
@@ -121,6 +129,7 @@ class Planner:
             json_schema=PLAN_SCHEMA,
             schema_name="plan",
             total_timeout=self._timeout,
+            slot=self._slot,
             **calls.call_options(self._llm, snapshot, node=NAME),
         )
         await calls.record_usage(state, writer, self.name, result.usage, call="plan")
@@ -159,7 +168,7 @@ def reconcile(raw: dict[str, Any], *, question: str, previous_answer: str) -> tu
 
 
 def _build(deps: PipelineDeps, params: dict[str, Any]) -> Planner:
-    return Planner(llm=deps.llm, prompts=deps.prompts, timeout=params["timeout"])
+    return Planner(llm=deps.llm, prompts=deps.prompts, timeout=params["timeout"], slot_wait=params["slot_wait"])
 
 
 NODE_TYPE = NodeType(
@@ -175,6 +184,11 @@ NODE_TYPE = NodeType(
     factory=_build,
     routes=(ROUTE_RETRIEVE, ROUTE_FOLLOWUP, ROUTE_DIRECT),
     params={
-        "timeout": ParamSpec("float", 10.0, "Seconds the LLM plan may take before the rules decide", minimum=0.1),
+        "timeout": ParamSpec(
+            "float", 10.0, "Seconds the LLM plan may take, once it holds a slot, before the rules decide", minimum=0.1
+        ),
+        "slot_wait": ParamSpec(
+            "float", 3.0, "Seconds the LLM plan may wait for a slot before it is skipped for the rules", minimum=0.0
+        ),
     },
 )

@@ -26,6 +26,7 @@ from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
 from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
 from rag.events import StreamWriter
+from rag.llm.policy import SlotTerms
 from rag.llm_nodes import calls
 from rag.llm_nodes.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, canonical_instruction, followup_mode
 from rag.llm_nodes.prompts import CONVERSATION_SUMMARIZER, TRANSLATOR, UNIFIED_AGENT
@@ -101,6 +102,7 @@ class ResponseSynth:
         history_chars: int = 1500,
         llm_summary: bool = True,
         summary_timeout: float = 10.0,
+        summary_slot_wait: float = 30.0,
         degraded_answers: bool = True,
         stats: AnswerStats | None = None,
         documents: DocumentReader | None = None,
@@ -120,6 +122,8 @@ class ResponseSynth:
         self._history_chars = history_chars
         self._llm_summary = llm_summary
         self._summary_timeout = summary_timeout
+        # After the answer: the lowest priority (never ahead of a request's call), skipped past its wait bound.
+        self._summary_slot = SlotTerms(wait=summary_slot_wait, low_priority=True, auxiliary="summary")
         self._degraded = degraded_answers
         self._stats = stats or AnswerStats()
         self._documents = documents
@@ -294,8 +298,10 @@ class ResponseSynth:
     # ------------------------------------------------------------------ the running summary
 
     async def _summarize(self, state: PipelineState, offline: str) -> str:
-        """The model's running summary, or `offline` when the call fails or takes over `summary_timeout` seconds.
-        Runs after the terminal event: nothing is emitted, the outcome is counted (`AnswerStats`) and logged."""
+        """The model's running summary, or `offline` when the call fails, takes over `summary_timeout` seconds once it
+        holds a slot, or gets no slot within `summary_slot_wait` (skipped, counted by the concurrency manager). Runs
+        after the terminal event at the lowest priority: nothing is emitted, the outcome is counted (`AnswerStats`)
+        and logged."""
         llm = self._llm
         assert llm is not None
         try:
@@ -312,6 +318,7 @@ class ResponseSynth:
                 node=SUMMARY_NODE,
                 messages=[{"role": "user", "content": prompt}],
                 total_timeout=self._summary_timeout,
+                slot=self._summary_slot,
                 **calls.call_options(llm, snapshot, node=SUMMARY_NODE),
             )
         except calls.FALLBACK_ERRORS as exc:
@@ -413,6 +420,7 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> ResponseSynth:
         max_sources=params["max_sources"],
         llm_summary=params["llm_summary"],
         summary_timeout=params["summary_timeout"],
+        summary_slot_wait=params["summary_slot_wait"],
         degraded_answers=config.degraded_answers,
         stats=deps.answer_stats,
         documents=deps.retriever if isinstance(deps.retriever, DocumentReader) else None,
@@ -442,7 +450,17 @@ NODE_TYPE = NodeType(
         ),
         "llm_summary": ParamSpec("bool", True, "With an LLM: write the running conversation summary with it"),
         "summary_timeout": ParamSpec(
-            "float", 10.0, "Seconds the summary call may take before the offline summary is kept", minimum=0.1
+            "float",
+            10.0,
+            "Seconds the summary call may take, once it holds a slot, before the offline summary is kept",
+            minimum=0.1,
+        ),
+        "summary_slot_wait": ParamSpec(
+            "float",
+            30.0,
+            "Seconds the summary call may wait for a slot (behind every answer) before it is skipped",
+            minimum=0.0,
+            maximum=45.0,
         ),
     },
 )

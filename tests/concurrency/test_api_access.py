@@ -10,7 +10,8 @@ from django.contrib.auth.models import User
 from chatbot.apikeys.services import api_key_create
 from concurrency.access import SCOPE_READ
 from concurrency.live import register_stats_provider, worker_id
-from concurrency.selectors import workers_summary
+from concurrency.manager import get_manager
+from concurrency.selectors import auxiliary_skipped_summary, workers_summary
 from tests.concurrency.manager_helpers import fresh_process_state
 
 STATUS = "/api/v1/admin/concurrency/status"
@@ -110,7 +111,8 @@ def test_status_shape(client, staff) -> None:
         unregister()
 
     backends = {"default", "chat", "responses", "embedding"}
-    assert set(body) == {"worker", "settings", "redis", "cluster", "workers", "summary", "server_time"} | backends
+    top = {"worker", "settings", "redis", "cluster", "workers", "summary", "auxiliary_skipped", "server_time"}
+    assert set(body) == top | backends
     assert body["cluster"] is None  # per-worker limits here (no Redis)
     for backend in backends:  # the seed's shape: `jq .chat.in_progress` works
         assert set(body[backend]) == SEED_KEYS
@@ -229,3 +231,21 @@ def test_summary_of_a_cluster_wide_limit_counts_the_limit_once() -> None:
     chat = workers_summary([worker("a:1", 1), worker("b:2", 2)])["chat"]
 
     assert (chat["limit"], chat["in_progress"], chat["available"], chat["scope"]) == (4, 3, 1, "cluster")
+
+
+def test_status_counts_skipped_auxiliary_calls_per_kind(client, staff) -> None:
+    manager = get_manager()
+    for kind in ("planner", "summary", "planner"):
+        manager.auxiliary_skipped(kind)
+    body = client.get(STATUS).json()
+    assert body["auxiliary_skipped"] == {"planner": 2, "summary": 1}
+    assert body["worker"]["manager"]["auxiliary_skipped"] == {"planner": 2, "summary": 1}
+
+
+def test_skipped_auxiliary_calls_are_summed_over_workers() -> None:
+    workers = [
+        {"worker_id": "a", "manager": {"auxiliary_skipped": {"planner": 2}}},
+        {"worker_id": "b", "manager": {"auxiliary_skipped": {"planner": 1, "summary": 4}}},
+        {"worker_id": "c", "manager": {}},  # a worker from before the counter existed
+    ]
+    assert auxiliary_skipped_summary(workers) == {"planner": 3, "summary": 4}

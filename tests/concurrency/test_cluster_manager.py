@@ -217,3 +217,35 @@ async def test_no_waiting_room_still_takes_a_free_permit_and_refuses_at_once_whe
     assert raised.value.reason == "timeout"
     assert b.stats()["cluster"]["backends"]["b"]["waiting"] == 0
     await holder.__aexit__(None, None, None)
+
+
+async def enqueue_low(m: ClusterManager, order: list[str], name: str) -> Callable[[], asyncio.Task[None]]:
+    """A low-priority waiter (a conversation summary's call), queued in Redis before this returns."""
+    before = queued(m)
+
+    async def run() -> None:
+        async with m.acquire("b", low_priority=True):
+            order.append(name)
+
+    task = asyncio.create_task(run())
+    await until(lambda: queued(m) > before or task.done())
+    return lambda: task
+
+
+@pytest.mark.parametrize("priority", [False, True])
+async def test_a_low_priority_waiter_goes_after_every_requests_call_across_workers(
+    managers: Managers, priority: bool
+) -> None:
+    # A zero starvation threshold boosts every request's waiter at once: the low-priority one is still last.
+    a = managers("A", priority_enabled=priority, starvation_threshold=0.0)
+    b = managers("B", priority_enabled=priority, starvation_threshold=0.0)
+    holder = await hold(a)
+    order: list[str] = []
+    waiting = [await enqueue_low(b, order, "summary")]
+    waiting.append(await enqueue(a, order, "answer-1"))
+    waiting.append(await enqueue(b, order, "answer-2", completed=2))
+    head = b.stats(queue_head=5)["backends"]["b"]["queue_head"]
+    assert [e["request_id"] for e in head] == ["answer-2", None]  # this worker's own, the summary's last
+    await holder.__aexit__(None, None, None)
+    await asyncio.gather(*(t() for t in waiting))
+    assert order[-1] == "summary" and sorted(order[:2]) == ["answer-1", "answer-2"]

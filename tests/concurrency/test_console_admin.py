@@ -166,3 +166,12 @@ def test_the_console_counts_degraded_answers(client, admin_user) -> None:
     finally:
         unregister()
     assert '<strong data-cc="degraded">3</strong>' in html
+
+
+def test_the_console_counts_skipped_auxiliary_calls_per_kind(client, admin_user) -> None:
+    html = client.get(CONSOLE).content.decode()
+    assert '<strong data-cc="skipped">none</strong>' in html
+    get_manager().auxiliary_skipped("planner")
+    get_manager().auxiliary_skipped("summary")
+    html = client.get(CONSOLE).content.decode()
+    assert '<strong data-cc="skipped">planner 1, summary 1</strong>' in html

@@ -192,3 +192,66 @@ async def test_new_arrival_cannot_barge_past_queued_waiters() -> None:
     tasks.append(start_waiter(m, order, "latecomer"))
     await asyncio.gather(*tasks)
     assert order == ["queued", "latecomer"]
+
+
+def start_low_waiter(m: LLMConcurrencyManager, order: list[str], name: str) -> asyncio.Task[None]:
+    async def run() -> None:
+        with request_scope(name):
+            async with m.acquire("b", low_priority=True):
+                order.append(name)
+
+    return asyncio.create_task(run(), name=name)
+
+
+async def test_a_low_priority_waiter_is_served_after_every_other_waiter_in_fifo_mode() -> None:
+    m = LLMConcurrencyManager({"b": 1})
+    holder = await hold(m)
+    order: list[str] = []
+    low = start_low_waiter(m, order, "summary")
+    await settle()
+    tasks = [low, *await enqueue_more(m, order, "answer-1", 0), *await enqueue_more(m, order, "answer-2", 0)]
+    assert head_ids(m) == ["answer-1", "answer-2", "summary"]
+    await release(holder)
+    await asyncio.gather(*tasks)
+    assert order == ["answer-1", "answer-2", "summary"]
+
+
+async def test_a_low_priority_waiter_is_never_boosted_past_a_request_in_priority_mode() -> None:
+    clock = FakeClock()
+    m = LLMConcurrencyManager({"b": 1}, priority_enabled=True, starvation_threshold=5.0, clock=clock)
+    holder = await hold(m)
+    order: list[str] = []
+    low = start_low_waiter(m, order, "summary")
+    await settle()
+    clock.advance(60.0)  # far past the starvation threshold: a request's waiter would be boosted by now
+    tasks = [low, *await enqueue_more(m, order, "answer", 0)]
+    entries = m.stats(queue_head=10)["backends"]["b"]["queue_head"]
+    assert [(e["request_id"], e["boosted"]) for e in entries] == [("answer", False), ("summary", False)]
+    await release(holder)
+    await asyncio.gather(*tasks)
+    assert order == ["answer", "summary"]
+
+
+async def test_a_low_priority_waiter_takes_a_free_permit_when_nobody_else_waits() -> None:
+    m = LLMConcurrencyManager({"b": 1})
+    holder = await hold(m)
+    order: list[str] = []
+    low = start_low_waiter(m, order, "summary")
+    await settle()
+    await release(holder)
+    await low
+    assert order == ["summary"]
+    assert m.stats()["backends"]["b"]["in_progress"] == 0
+
+
+async def test_a_cancelled_low_priority_waiter_leaves_no_waiter_behind() -> None:
+    m = LLMConcurrencyManager({"b": 1})
+    holder = await hold(m)
+    order: list[str] = []
+    low = start_low_waiter(m, order, "summary")
+    await settle()
+    low.cancel()
+    await asyncio.gather(low, return_exceptions=True)
+    assert m.stats()["backends"]["b"]["waiting"] == 0
+    await release(holder)
+    assert order == [] and m.stats()["backends"]["b"]["in_progress"] == 0

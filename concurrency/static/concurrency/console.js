@@ -176,12 +176,19 @@
     return status.workers.reduce((sum, w) => sum + (((w.extra || {}).answers || {}).degraded || 0), 0);
   }
 
+  // auxiliary LLM calls (planner, summary) skipped for want of a slot, per kind, summed over workers by the server
+  function skippedCalls(status) {
+    const parts = Object.entries(status.auxiliary_skipped || {}).map(([kind, count]) => kind + " " + count);
+    return parts.length ? parts.join(", ") : "none";
+  }
+
   function render(status) {
     setText(q(root, "mode"), status.worker.manager.mode);
     setText(q(root, "workers"), status.workers.length);
     setText(q(root, "version"), status.settings.version);
     setText(q(root, "live"), status.worker.manager.live_requests);
     setText(q(root, "degraded"), degradedAnswers(status));
+    setText(q(root, "skipped"), skippedCalls(status));
     const cluster = status.cluster;
     setText(q(root, "limit-scope"), cluster
       ? "cluster-wide (" + (cluster.state === "redis" ? "Redis" : cluster.state + ": " + cluster.live_workers + " workers share it") + ")"

@@ -3,15 +3,19 @@ plan cannot be had (invalid output, timeout, upstream errors), said in the statu
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
+from concurrency.context import request_scope
+from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PromptSnapshot
 from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.planner import PLAN_SCHEMA, Planner
-from tests.rag.llm.conftest import AttemptLog, BackendFactory
+from rag.state import SkippedStep
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, until
 from tests.rag.nodes.conftest import CannedFactory
 from tests.rag.nodes.support import drain, make_state, make_writer
 
@@ -164,3 +168,40 @@ async def test_an_unavailable_prompt_falls_back_too(canned: CannedFactory) -> No
     [event] = plan_events(await drain(channel))
     assert (event["plan_source"], event["fallback_reason"]) == ("rules_fallback", "prompt_unavailable")
     assert server.requests == []
+
+
+async def test_a_planner_that_gets_no_slot_in_time_is_skipped_before_its_call_starts(
+    make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager, prompts: CataloguePrompts
+) -> None:
+    manager.set_limit("chat", 1)
+    state = make_state(normalized_question="How do I reset my password?", language="en")
+    writer, channel = make_writer()
+    async with manager.acquire("chat"):  # an answer holds the only slot
+        route = await Planner(llm=make_backend(), prompts=prompts, slot_wait=0.05).run(state, writer)
+
+    assert route == "retrieve" and (state.intent, state.plan_source) == ("simple_faq", "rules_fallback")
+    assert state.skipped == [SkippedStep("planner", "slot_timeout")]
+    [plan] = plan_events(await drain(channel))
+    assert (plan["fallback_reason"], plan["skipped"]) == ("busy", "slot_timeout")
+    assert (await sim.astats())["attempts"] == 0  # nothing was sent upstream
+    assert manager.stats()["auxiliary_skipped"] == {"planner": 1}
+
+
+async def test_a_planner_that_waited_for_its_slot_longer_than_its_timeout_still_plans_with_the_llm(
+    make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager, prompts: CataloguePrompts
+) -> None:
+    manager.set_limit("chat", 1)
+    await sim.afaults(fail_next=["stall:2:0.8", "ok"])  # an answer holds the only slot for about 0.8 s
+    answer = asyncio.create_task(make_backend().stream_text(backend="chat", node="answer", messages=USER))
+    await until(lambda: manager.stats()["backends"]["chat"]["in_progress"] == 1)
+    state = make_state(normalized_question="How do I reset my password?", language="en")
+    writer, channel = make_writer()
+    with request_scope("plan") as ctx:
+        await Planner(llm=make_backend(), prompts=prompts, timeout=0.3, slot_wait=5.0).run(state, writer)
+
+    assert ctx.permit_wait_s > 0.3
+    assert state.plan_source == "llm" and state.skipped == []
+    [plan] = plan_events(await drain(channel))
+    assert "skipped" not in plan
+    await answer
+    assert manager.stats()["auxiliary_skipped"] == {}

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig
 from rag.errors import UpstreamError
@@ -15,7 +16,7 @@ from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.response_synth import ResponseSynth
 from rag.offline import messages
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
-from tests.rag.llm.conftest import AttemptLog, BackendFactory
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, until
 from tests.rag.nodes.support import answer_text, drain, history, make_state, make_writer
 
 CONFIG = PipelineConfig(stream_chunk_chars=5, forms_base_url="/forms/", forms_export_url="/api/forms.csv")
@@ -215,3 +216,47 @@ async def test_cancelling_mid_answer_closes_the_upstream_stream(
     with pytest.raises(asyncio.CancelledError):
         await task
     # The `sim` and `manager` fixtures check, after the test, that nothing runs upstream and no slot is held.
+
+
+async def test_the_summary_call_yields_its_slot_to_an_answer_that_queued_after_it(
+    make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager, prompts: CataloguePrompts
+) -> None:
+    state = faq_state(normalized_question="Tell me a joke", intent="out_of_scope", should_retrieve=False, retrieved=[])
+    backend = make_backend()
+    await synth(backend, prompts).run(state, make_writer()[0])
+    assert state.summary_job is not None
+    manager.set_limit("chat", 1)
+    order: list[str] = []
+
+    async def summary() -> None:
+        assert state.summary_job is not None
+        assert await state.summary_job() != state.new_summary  # the model's, once the answer is done
+        order.append("summary")
+
+    async def answer() -> None:
+        await backend.stream_text(backend="chat", node="answer", messages=USER)
+        order.append("answer")
+
+    held = manager.acquire("chat")
+    await held.__aenter__()  # a third request's answer holds the only slot
+    tasks = [asyncio.create_task(summary())]
+    await until(lambda: manager.stats()["backends"]["chat"]["waiting"] == 1)
+    tasks.append(asyncio.create_task(answer()))
+    await until(lambda: manager.stats()["backends"]["chat"]["waiting"] == 2)
+    await held.__aexit__(None, None, None)
+    await asyncio.gather(*tasks)
+    assert order == ["answer", "summary"]
+    assert (await sim.astats())["attempts"] == 2
+
+
+async def test_a_summary_that_gets_no_slot_in_time_keeps_the_offline_one_and_counts_a_skip(
+    make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager, prompts: CataloguePrompts
+) -> None:
+    state = faq_state(normalized_question="Tell me a joke", intent="out_of_scope", should_retrieve=False, retrieved=[])
+    await synth(make_backend(), prompts, summary_slot_wait=0.05).run(state, make_writer()[0])
+    assert state.summary_job is not None
+    manager.set_limit("chat", 1)
+    async with manager.acquire("chat"):
+        assert await state.summary_job() == state.new_summary
+    assert (await sim.astats())["attempts"] == 0
+    assert manager.stats()["auxiliary_skipped"] == {"summary": 1}
