@@ -217,7 +217,7 @@ def jobs_abandoned_fail(*, store_owner: str = "") -> int:
             failed += model.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
                 status=JobStatus.FAILED, finished_at=now, error=reason, log=log_append(job.log, reason)
             )
-            logger.warning("%s #%s %s", model._meta.verbose_name, job.pk, reason)
+            logger.warning("%s #%s %s", model.__name__, job.pk, reason)  # the class name: logs stay English
     return failed
 
 
