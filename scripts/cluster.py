@@ -53,7 +53,15 @@ def render_site(template: str, *, ports: Sequence[int], listen: int, static_root
     servers = [f"server 127.0.0.1:{port} max_fails=0;" for port in ports]
     text = _marked(template, "upstreams", servers)
     text = _marked(text, "listen", [f"listen 127.0.0.1:{listen};"])
-    static = ["location /static/ {", f"    alias {static_root}/;", "    expires 7d;", "    access_log off;", "}"]
+    static = [
+        "location /static/ {",
+        f"    alias {static_root}/;",
+        "    expires 7d;",
+        "    access_log off;",
+        "    gzip on;",
+        "    gzip_types text/css application/javascript image/svg+xml;",
+        "}",
+    ]
     return _marked(text, "static", static)
 
 

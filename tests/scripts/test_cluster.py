@@ -77,3 +77,5 @@ def test_sse_and_websocket_answers_stream_whole_through_nginx_from_every_worker(
     assert ready.status_code == 200, ready.text
     static = httpx.get(cluster.url + "/static/admin/css/base.css", timeout=10.0)
     assert static.status_code == 200 and static.headers["server"].startswith("nginx")
+    # Static files go out compressed (the graph builder's script is most of its page's cold load).
+    assert static.headers.get("content-encoding") == "gzip"
