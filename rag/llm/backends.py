@@ -149,9 +149,7 @@ class LLMBackend:
             }
 
             async def open_stream() -> Any:
-                return await RawEventStream.open(
-                    client.chat.completions.with_streaming_response.create(**kwargs, extra_body=extra)
-                )
+                return await RawEventStream.open(client, "/chat/completions", {**kwargs, **(extra or {})})
 
             new_parser: Any = ChatStreamParser
         elif backend == "responses":
@@ -163,9 +161,7 @@ class LLMBackend:
             }
 
             async def open_stream() -> Any:
-                return await RawEventStream.open(
-                    client.responses.with_streaming_response.create(**kwargs, extra_body=extra)
-                )
+                return await RawEventStream.open(client, "/responses", {**kwargs, **(extra or {})})
 
             new_parser = ResponsesStreamParser
         else:

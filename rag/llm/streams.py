@@ -2,10 +2,11 @@
 per API (a fresh parser per attempt).
 
 The SDK's own stream builds a pydantic model of every chunk (a `ChatCompletionChunk` with its choices and delta),
-most of whose fields nobody reads; under load that was a tenth of a worker's CPU. `RawEventStream` reads the same
-response through the SDK's `with_streaming_response` (so requests, headers, status errors and timeouts stay the
-SDK's) and decodes each event's JSON into a plain dict; the parsers read the few fields they need. They also
-accept the SDK's objects, which the tests and non-streaming calls hand them.
+most of whose fields nobody reads, and transforms the request's typed params recursively before sending them;
+under load the two were a large part of a worker's CPU per answer. `RawEventStream` sends the same request through
+the SDK's low-level `post` (so the URL, auth, status errors and timeouts stay the SDK's) and decodes each event's
+JSON into a plain dict; the parsers read the few fields they need. They also accept the SDK's objects, which the
+tests and non-streaming calls hand them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import anyio
 import httpx2  # the openai SDK's HTTP library (openai.Timeout is httpx2's): its errors, mapped as the SDK does
-from openai import APIConnectionError, APIError, APITimeoutError, OpenAIError
+from openai import APIConnectionError, APIError, APITimeoutError, AsyncOpenAI, OpenAIError
 
 from rag.llm.types import LLMDelta
 from rag.state import Usage
@@ -95,26 +96,30 @@ _NO_REQUEST = httpx2.Request("POST", "http://llm.invalid/")
 class RawEventStream:
     """One streamed response's events as dicts; ``close()`` closes the connection (the server stops generating).
 
-    Open it with ``await RawEventStream.open(client.chat.completions.with_streaming_response.create(...))``.
-    Transport failures while reading become the SDK's APITimeoutError / APIConnectionError, as they do in its
-    own stream, so the call policy classifies them the same way.
+    Open it with ``await RawEventStream.open(client, "/chat/completions", body)``: the SDK's low-level ``post``
+    with ``cast_to=httpx.Response`` (its documented way to a raw response), so the base URL, auth headers, status
+    errors (APIStatusError with the server's message) and connect timeouts are still the SDK's, while neither the
+    request body (the SDK's recursive transform of typed params) nor any chunk goes through its models. Transport
+    failures while reading become APITimeoutError / APIConnectionError, as in the SDK's own stream, so the call
+    policy classifies them the same way.
     """
 
     __slots__ = ("_response",)
 
-    def __init__(self, response: Any) -> None:
-        self._response = response  # openai AsyncAPIResponse
+    def __init__(self, response: httpx2.Response) -> None:
+        self._response = response
 
     @classmethod
-    async def open(cls, request: Any) -> RawEventStream:
-        """``request``: what ``with_streaming_response.create(...)`` returns (sends it; raises on an error status)."""
-        return cls(await request.__aenter__())
+    async def open(cls, client: AsyncOpenAI, path: str, body: Mapping[str, Any]) -> RawEventStream:
+        """Send a streaming request (``body`` already holds ``stream: true``); raises on an error status."""
+        response = await client.post(path, cast_to=httpx2.Response, body=dict(body), stream=True)
+        return cls(response)
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()
 
     async def _events(self) -> AsyncIterator[Any]:
-        http = self._response.http_response
+        http = self._response
         lines = http.aiter_lines()
         try:
             async for event in sse_json_events(lines, http.request):
@@ -131,7 +136,7 @@ class RawEventStream:
                     pass
 
     async def close(self) -> None:
-        await self._response.close()
+        await self._response.aclose()
 
 
 def _get(obj: Any, name: str) -> Any:

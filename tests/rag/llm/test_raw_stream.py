@@ -16,8 +16,6 @@ from rag.llm.client import ClientKey, get_client
 from rag.llm.streams import ChatStreamParser, RawEventStream, ResponsesStreamParser, StreamEventError, sse_json_events
 from tests.rag.llm.conftest import USER, BackendFactory
 
-QUESTION = USER[0]["content"]
-
 
 async def lines_of(*lines: str) -> AsyncIterator[str]:
     for line in lines:
@@ -33,19 +31,14 @@ async def test_the_simulators_stream_arrives_as_plain_dicts_and_parses_to_reason
     api: str, sim: SimulatorProcess, manager: object
 ) -> None:
     client = get_client(ClientKey(sim.base_url, "x", 5.0, 30.0))
-    request: Any
+    parser: ChatStreamParser | ResponsesStreamParser
     if api == "chat":
-        request = client.chat.completions.with_streaming_response.create(
-            model="sim-chat",
-            messages=[{"role": "user", "content": QUESTION}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        parser: ChatStreamParser | ResponsesStreamParser = ChatStreamParser()
+        body: dict[str, Any] = {"model": "sim-chat", "messages": USER, "stream_options": {"include_usage": True}}
+        path, parser = "/chat/completions", ChatStreamParser()
     else:
-        request = client.responses.with_streaming_response.create(model="sim-responses", input=QUESTION, stream=True)
-        parser = ResponsesStreamParser()
-    stream = await RawEventStream.open(request)
+        body = {"model": "sim-responses", "input": USER}
+        path, parser = "/responses", ResponsesStreamParser()
+    stream = await RawEventStream.open(client, path, {**body, "stream": True})
     events = []
     try:
         async for event in stream:
