@@ -34,6 +34,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from chatbot import lifecycle
+from chatbot.recording import exchange_recorder
 from chatbot.replay import stream_registry
 from chatbot.streaming import pending_records, transport_error_event
 from rag.events import Event
@@ -164,6 +165,7 @@ async def drain(window_seconds: float) -> DrainReport:
 
     await asyncio.gather(*(_close(socket) for socket in list(_sockets)))
     await pending_records(max_wait=RECORDS_GRACE_SECONDS)
+    await exchange_recorder().aclose()  # the recording thread's kept connection
 
     report = DrainReport(
         seconds=time.monotonic() - started,

@@ -278,6 +278,10 @@ RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE = env_int("RAG_RATE_LIMIT_PER_ADDRESS_PER_
 # Proxies in front of the workers whose X-Forwarded-For entry is trusted (nginx alone: 1). 0: the peer's address.
 RAG_TRUSTED_PROXY_HOPS = env_int("RAG_TRUSTED_PROXY_HOPS", 0, minimum=0, maximum=10)
 RAG_STREAM_TIMEOUT = env_float("RAG_STREAM_TIMEOUT", 180.0, minimum=1.0)
+# Answer deltas are merged into one frame per this many milliseconds (the first delta, and the first after a pause,
+# go out at once), or sooner once RAG_STREAM_COALESCE_CHARS characters wait. 0: one frame per delta.
+RAG_STREAM_COALESCE_MS = env_float("RAG_STREAM_COALESCE_MS", 40.0, minimum=0.0, maximum=1000.0)
+RAG_STREAM_COALESCE_CHARS = env_int("RAG_STREAM_COALESCE_CHARS", 256, minimum=1)
 RAG_DEFAULT_LANGUAGE = env_choice("RAG_DEFAULT_LANGUAGE", "zh-hant", ("zh-hant", "en"))
 # When the answer LLM fails for good (upstream error, timeout, busy past the wait) after retrieval found passages,
 # answer from the passages with a notice instead of an error.

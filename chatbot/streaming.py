@@ -20,6 +20,7 @@ from django.conf import settings
 
 from chatbot.clientaddr import client_origin_var
 from chatbot.logcontext import conversation_id_var, request_id_var
+from chatbot.recording import exchange_recorder
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
 from chatbot.summaries import summary_settled, summary_write_later
 from concurrency.jsonio import JsonInputError, json_check
@@ -181,7 +182,8 @@ class ChatExchange:
             "degraded": state.degraded,
         }
         task = asyncio.create_task(
-            database_sync_to_async(exchange_record)(
+            exchange_recorder().run(
+                exchange_record,
                 conversation_id=self.conversation_id,
                 client_id=self.ask.client_id,
                 question=self.ask.question,

@@ -3,12 +3,21 @@
 Each event is one JSON object: {"source": "ask_stream", "request_id", "seq", "node", "channel", "stage", ...}.
 `seq` counts 1, 2, 3 ... per stream with no gaps; every stream ends with exactly one terminal event
 (`meta_summary`, or `error` with a code). The writer enforces both, whatever the nodes do.
+
+With `Coalescing`, the writer merges the `answer` (and `reasoning`) deltas of a node into frames: a delta after a
+quiet `window` goes out at once (so the first token is never held back), later ones wait until the window since
+the last frame has passed or `max_chars` have gathered. Everything downstream (the relay, Redis, JSON, the socket)
+then pays per frame, not per token, and a page still updates some 25 times a second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 SOURCE = "ask_stream"
@@ -41,6 +50,15 @@ class EventChannel:
         self._put_timeout = put_timeout
         self._closed = False
 
+    @property
+    def full(self) -> bool:
+        return len(self._items) >= self._max_pending
+
+    def put_nowait(self, event: Event) -> None:
+        """Append without waiting; the caller checks `full` first (the bound is its to keep)."""
+        self._items.append(event)
+        self._readable.set()
+
     async def put(self, event: Event) -> None:
         if len(self._items) >= self._max_pending:
             self._space.clear()
@@ -68,16 +86,62 @@ class EventChannel:
         return self._closed
 
 
+@dataclass(frozen=True, slots=True)
+class Coalescing:
+    """How the writer merges text deltas into frames: at most one frame per `window` seconds (after a quiet
+    window the next delta goes out at once), or sooner once `max_chars` characters are waiting."""
+
+    window: float = 0.04
+    max_chars: int = 256
+
+
+CallLater = Callable[[float, Callable[[], None]], Any]
+
+
 class StreamWriter:
-    """Numbers events, stamps them with the request id, and closes the stream exactly once."""
+    """Numbers events, stamps them with the request id, and closes the stream exactly once.
 
-    __slots__ = ("_channel", "_seq", "request_id", "terminal")
+    With `coalescing`, text deltas are merged (see the module's docstring); any other event, and the terminal
+    one, first sends the text still waiting, so the order of the stream is the order of the emits. `clock` and
+    `call_later` (a flush after the window when no further delta comes) are injectable for tests.
+    """
 
-    def __init__(self, request_id: str, channel: EventChannel) -> None:
+    __slots__ = (
+        "_call_later",
+        "_channel",
+        "_clock",
+        "_coalescing",
+        "_last_frame",
+        "_pending",
+        "_pending_chars",
+        "_pending_key",
+        "_seq",
+        "_timer",
+        "request_id",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        channel: EventChannel,
+        *,
+        coalescing: Coalescing | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        call_later: CallLater | None = None,
+    ) -> None:
         self.request_id = request_id
         self._channel = channel
         self._seq = 0
         self.terminal: Event | None = None
+        self._coalescing = coalescing if coalescing is not None and coalescing.window > 0 else None
+        self._clock = clock
+        self._call_later = call_later
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._pending_key: tuple[str, str] = ("", "")
+        self._last_frame = -math.inf
+        self._timer: Any = None
 
     def _make(self, node: str, channel: str, stage: str, payload: dict[str, Any]) -> Event:
         if self.terminal is not None:
@@ -95,23 +159,87 @@ class StreamWriter:
             event.update(payload)
         return event
 
+    # --- text deltas, merged into frames ---------------------------------------------------------------------
+
+    async def _text(self, node: str, channel: str, delta: str) -> None:
+        coalescing = self._coalescing
+        if coalescing is None:
+            await self._channel.put(self._make(node, channel, "delta", {"delta": delta}))
+            return
+        key = (node, channel)
+        if self._pending and self._pending_key != key:
+            await self._flush()
+        now = self._clock()
+        if not self._pending and now - self._last_frame >= coalescing.window:
+            self._last_frame = now  # the first delta, or the first after a pause: at once
+            await self._channel.put(self._make(node, channel, "delta", {"delta": delta}))
+            return
+        self._pending.append(delta)
+        self._pending_chars += len(delta)
+        self._pending_key = key
+        if self._pending_chars >= coalescing.max_chars or now - self._last_frame >= coalescing.window:
+            await self._flush()
+        elif self._timer is None:
+            call_later = self._call_later or asyncio.get_running_loop().call_later
+            self._timer = call_later(self._last_frame + coalescing.window - now, self._flush_due)
+
+    def _take_frame(self) -> Event | None:
+        """The waiting text as one event (None when nothing waits); the timer is no longer needed."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._pending or self.terminal is not None:
+            return None
+        node, channel = self._pending_key
+        text = "".join(self._pending)
+        self._pending.clear()
+        self._pending_chars = 0
+        self._last_frame = self._clock()
+        return self._make(node, channel, "delta", {"delta": text})
+
+    async def _flush(self) -> None:
+        frame = self._take_frame()
+        if frame is not None:
+            await self._channel.put(frame)
+
+    def _flush_due(self) -> None:
+        """The window passed with no further delta: send what waits, unless the reader is behind (then the next
+        emit sends it, waiting for space as every emit does, so the channel's bound holds)."""
+        self._timer = None
+        if self._pending and not self._channel.full:
+            frame = self._take_frame()
+            if frame is not None:
+                self._channel.put_nowait(frame)
+
+    def _flush_now(self) -> None:
+        # Before a terminal event, which never waits: the text waiting goes just before it.
+        frame = self._take_frame()
+        if frame is not None:
+            self._channel.put_nowait(frame)
+
+    # --- emitting ---------------------------------------------------------------------------------------------
+
     async def emit(self, node: str, channel: str, stage: str, **payload: Any) -> None:
+        await self._flush()
         await self._channel.put(self._make(node, channel, stage, payload))
 
     async def status(self, node: str, stage: str, **payload: Any) -> None:
+        await self._flush()
         await self._channel.put(self._make(node, "status", stage, payload))
 
     async def answer(self, node: str, delta: str) -> None:
-        await self._channel.put(self._make(node, "answer", "delta", {"delta": delta}))
+        await self._text(node, "answer", delta)
 
     async def reasoning(self, node: str, delta: str) -> None:
-        await self._channel.put(self._make(node, "reasoning", "delta", {"delta": delta}))
+        await self._text(node, "reasoning", delta)
 
     async def usage(self, node: str, usage: dict[str, int], **payload: Any) -> None:
+        await self._flush()
         await self._channel.put(self._make(node, "meta", "usage", {"usage": usage, **payload}))
 
     def finish(self, summary: dict[str, Any]) -> Event:
         """The success terminal event; returns it."""
+        self._flush_now()
         event = self._make("END", "meta_summary", "final", summary)
         self.terminal = event
         self._channel.put_terminal(event)
@@ -121,6 +249,7 @@ class StreamWriter:
         """The error terminal event; a second terminal is ignored (the first one stands)."""
         if self.terminal is not None:
             return self.terminal
+        self._flush_now()
         event = self._make(node, "error", "error", {"code": code, "message": message, **payload})
         self.terminal = event
         self._channel.put_terminal(event)

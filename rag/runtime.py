@@ -20,7 +20,7 @@ from typing import Any
 from concurrency.context import request_scope
 from rag.engine import CompiledGraph, GraphCache, NodeRegistry, WorkflowDefinition, compile_workflow
 from rag.errors import PipelineAbort
-from rag.events import Event, EventChannel, StreamWriter
+from rag.events import Coalescing, Event, EventChannel, StreamWriter
 from rag.state import PipelineState, Turn
 
 logger = logging.getLogger(__name__)
@@ -64,11 +64,12 @@ class PipelineRun:
         stream_timeout: float,
         idle_timeout: float,
         telemetry: Any = None,
+        coalescing: Coalescing | None = None,
     ):
         self.graph = graph
         self.state = state
         self.channel = EventChannel()
-        self.writer = StreamWriter(state.request_id, self.channel)
+        self.writer = StreamWriter(state.request_id, self.channel, coalescing=coalescing)
         self.started = time.monotonic()
         self.finished: float | None = None
         self._stream_timeout = stream_timeout
@@ -196,6 +197,7 @@ class PipelineRuntime:
         default_workflow: WorkflowDefinition,
         stream_timeout: float = 180.0,
         idle_timeout: float = 60.0,
+        coalescing: Coalescing | None = None,
     ) -> None:
         self.registry = registry
         self.graph_cache = GraphCache()
@@ -206,6 +208,7 @@ class PipelineRuntime:
         self._workflows: dict[str, WorkflowDefinition] = {}
         self.stream_timeout = stream_timeout
         self.idle_timeout = idle_timeout
+        self.coalescing = coalescing  # how answer deltas are merged into frames (None: one event per delta)
 
     async def deps(self) -> Any:
         """Dependencies are built once, off the event loop (opening the store loads its replica)."""
@@ -284,6 +287,7 @@ class PipelineRuntime:
             stream_timeout=self.stream_timeout,
             idle_timeout=self.idle_timeout,
             telemetry=getattr(deps, "telemetry", None),
+            coalescing=self.coalescing,
         ).start()
 
     def close(self) -> None:

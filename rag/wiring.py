@@ -31,6 +31,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from rag.deps import PipelineConfig, PipelineDeps
+from rag.events import Coalescing
 from rag.runtime import PipelineRuntime
 
 logger = logging.getLogger(__name__)
@@ -421,6 +422,7 @@ def get_runtime() -> PipelineRuntime:
                 default_workflow=default_workflow(),
                 stream_timeout=settings.RAG_STREAM_TIMEOUT,
                 idle_timeout=pipeline_idle_timeout(),
+                coalescing=Coalescing(settings.RAG_STREAM_COALESCE_MS / 1000, settings.RAG_STREAM_COALESCE_CHARS),
             )
             register_stats_provider("graph_cache", _runtime.graph_cache.stats)
             register_stats_provider("telemetry_sampler", lambda: get_telemetry().stats())

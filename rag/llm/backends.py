@@ -23,7 +23,7 @@ from rag.llm.config import CallPolicyConfig, LLMConfig
 from rag.llm.errors import InvalidLLMOutput
 from rag.llm.json_output import parse_json_output
 from rag.llm.policy import DEFAULT_SLOT, CallLabel, CallPolicy, SlotTerms, StreamTimeouts
-from rag.llm.streams import ChatStreamParser, ResponsesStreamParser, chat_usage, responses_usage
+from rag.llm.streams import ChatStreamParser, RawEventStream, ResponsesStreamParser, chat_usage, responses_usage
 from rag.llm.types import LLMDelta, LLMResult
 from rag.state import Usage
 from rag.telemetry.record import generation_error, report_generation
@@ -151,7 +151,7 @@ class LLMBackend:
             }
 
             async def open_stream() -> Any:
-                return await client.chat.completions.create(**kwargs, extra_body=extra)
+                return await RawEventStream.open(client, "/chat/completions", {**kwargs, **(extra or {})})
 
             new_parser: Any = ChatStreamParser
         elif backend == "responses":
@@ -163,7 +163,7 @@ class LLMBackend:
             }
 
             async def open_stream() -> Any:
-                return await client.responses.create(**kwargs, extra_body=extra)
+                return await RawEventStream.open(client, "/responses", {**kwargs, **(extra or {})})
 
             new_parser = ResponsesStreamParser
         else:

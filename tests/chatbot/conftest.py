@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from chatbot import streaming
+from chatbot.recording import exchange_recorder
 from rag.events import Event, StreamWriter
 from rag.runtime import PipelineRun
 
@@ -89,7 +90,9 @@ async def _exchange_writes_finish() -> Any:
     """Every exchange a test started is recorded before the test database is flushed.
 
     A cancelled answer is written by a task of its own after the transport has gone; a flush racing that write
-    fails with "database table is locked" and leaves rows for the next test.
+    fails with "database table is locked" and leaves rows for the next test. The recording thread's kept
+    connection is closed too, as a stopping worker closes it: the test database can then be dropped.
     """
     yield
     await streaming.pending_records()
+    await exchange_recorder().aclose()
