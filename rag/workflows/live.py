@@ -31,6 +31,7 @@ from django.conf import settings
 
 from concurrency.worker_tasks import WorkerTask
 from rag.engine import WorkflowDefinition
+from rag.provider import RuntimeGetter, get_runtime
 from rag.runtime import BACKENDS, PipelineRuntime
 
 __all__ = [
@@ -111,15 +112,11 @@ class WorkflowSync:
     def __init__(
         self,
         *,
-        runtime_getter: Callable[[], PipelineRuntime] | None = None,
+        runtime_getter: RuntimeGetter | None = None,
         interval: float = CHECK_INTERVAL,
         shared_cache: bool | None = None,
     ) -> None:
-        if runtime_getter is None:
-            from rag.wiring import get_runtime
-
-            runtime_getter = get_runtime
-        self._runtime_getter = runtime_getter
+        self._runtime_getter = runtime_getter or get_runtime
         self.interval = interval
         self.shared_cache = cache_is_shared() if shared_cache is None else shared_cache
         self.loaded = asyncio.Event()
