@@ -37,7 +37,6 @@ from rag.documents.services import (
     jobs_abandoned_fail,
     runner_name,
 )
-from rag.llm.client import aclose_clients
 from rag.retrieval.store import StoreLockedError, VectorStore, open_store_from_settings
 from rag.server_address import server_address, server_answers
 
@@ -282,6 +281,9 @@ def job_run_here(
     following the row."""
 
     async def main(stop: threading.Event) -> None:
+        # the openai SDK loads here, for a job run here, not for every command that only follows the server's
+        from rag.llm.client import aclose_clients
+
         on_loop()  # the process's manager, with the deployment's limits, on this loop
         try:
             await execute(job, store, stop)
