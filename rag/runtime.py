@@ -20,7 +20,7 @@ from typing import Any
 from concurrency.context import request_scope
 from rag.engine import CompiledGraph, GraphCache, NodeRegistry, WorkflowDefinition, compile_workflow
 from rag.errors import PipelineAbort
-from rag.events import Event, EventChannel, StreamWriter
+from rag.events import Event, EventChannel, StreamWriter, Summary
 from rag.state import PipelineState, Turn
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class PipelineRun:
         else:
             writer.finish(self.summary())
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         state = self.state
         return {
             "conversation_id": state.conversation_id,
