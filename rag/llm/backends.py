@@ -16,14 +16,15 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal
 
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 from rag.errors import UpstreamError
 from rag.llm.client import ClientKey, get_client
 from rag.llm.config import CallPolicyConfig, LLMConfig
 from rag.llm.errors import InvalidLLMOutput
-from rag.llm.json_output import parse_json_output
 from rag.llm.policy import CallLabel, CallPolicy, StreamTimeouts
 from rag.llm.streams import ChatStreamParser, ResponsesStreamParser, chat_usage, responses_usage
+from rag.llm.structured import output_schema, parse_output
 from rag.llm.types import LLMDelta, LLMResult
 from rag.state import Usage
 from rag.telemetry.record import generation_error, report_generation
@@ -210,7 +211,7 @@ class LLMBackend:
         messages: Sequence[Message] | None = None,
         instructions: str | None = None,
         input: str | Sequence[Message] | None = None,
-        json_schema: Mapping[str, Any] | None = None,
+        output: type[BaseModel] | None = None,
         schema_name: str | None = None,
         model: str | None = None,
         temperature: float | None = None,
@@ -218,8 +219,9 @@ class LLMBackend:
         total_timeout: float | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> LLMResult:
-        """A non-streamed completion. With ``json_schema``, structured output is requested (strict) and the
-        answer is parsed and checked: ``parsed_json`` holds it, and a reply that does not conform raises
+        """A non-streamed completion. With ``output`` (a pydantic model), structured output is requested (strict,
+        with the model's JSON schema) and the answer is parsed into it: ``parsed`` holds it, and a reply that does
+        not fit raises
         rag.llm.errors.InvalidLLMOutput (callers fall back to their rules). Transport failures raise
         rag.errors Busy / UpstreamTimeout / UpstreamError like ``stream_answer``.
         """
@@ -227,6 +229,7 @@ class LLMBackend:
         model = model or cfg.model_for(backend, node)
         client = self._client()
         name = _schema_name(schema_name or f"{node}_output")
+        json_schema = output_schema(output) if output is not None else None
         extra = dict(extra_body) if extra_body else None
         if backend == "chat":
             kwargs: dict[str, Any] = {
@@ -237,7 +240,7 @@ class LLMBackend:
             if json_schema is not None:
                 kwargs["response_format"] = {
                     "type": "json_schema",
-                    "json_schema": {"name": name, "schema": dict(json_schema), "strict": True},
+                    "json_schema": {"name": name, "schema": json_schema, "strict": True},
                 }
 
             async def attempt() -> tuple[str, Usage]:
@@ -253,7 +256,7 @@ class LLMBackend:
             }
             if json_schema is not None:
                 kwargs["text"] = {
-                    "format": {"type": "json_schema", "name": name, "schema": dict(json_schema), "strict": True}
+                    "format": {"type": "json_schema", "name": name, "schema": json_schema, "strict": True}
                 }
 
             async def attempt() -> tuple[str, Usage]:
@@ -272,16 +275,16 @@ class LLMBackend:
             raise
         ended = time.time()
         parsed = None
-        if json_schema is not None:
+        if output is not None:
             try:
-                parsed = parse_json_output(text, json_schema)
+                parsed = parse_output(text, output)
             except InvalidLLMOutput as exc:
                 exc.usage = usage
                 # Answered and paid for, but unusable: the generation keeps its usage and says why.
                 report(usage=usage, ended=ended, error=generation_error(exc))
                 raise
         report(usage=usage, ended=ended)
-        return LLMResult(text=text, usage=usage, parsed_json=parsed)
+        return LLMResult(text=text, usage=usage, parsed=parsed)
 
     # ------------------------------------------------------------------ embeddings
 
