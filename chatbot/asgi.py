@@ -22,8 +22,14 @@ from chatbot.routing import build_application  # noqa: E402 (needs Django set up
 from concurrency.live import live_settings_task  # noqa: E402
 from concurrency.worker_tasks import WorkerTasksMiddleware  # noqa: E402
 from rag.documents.runner import job_runner_task  # noqa: E402
+from rag.provider import provide_runtime  # noqa: E402
 from rag.replica import replica_sync_task  # noqa: E402
-from rag.workflows.live import workflow_sync_task  # noqa: E402
+from rag.wiring import get_runtime, warm_up  # noqa: E402
+from rag.workflows.live import workflow_sync_preload, workflow_sync_task  # noqa: E402
+
+# The pipeline runtime, built from the settings at its first use, for what serves here: the exchanges, the
+# background tasks below, the staff's test runs.
+provide_runtime(get_runtime)
 
 # Each worker runs its background tasks, started on its first connection (daphne has no start-up hook), each
 # unless its setting switches it off: live settings (a saved change applied within a second, stats published),
@@ -52,8 +58,5 @@ if Path(sys.argv[0]).name == "daphne" or Path(sys.argv[0]).parent.name == "daphn
 
 if settings.RAG_PRELOAD:
     # Open the store and load its replica at start-up, so the first question does not wait for it.
-    from rag.wiring import warm_up
-    from rag.workflows.live import workflow_sync_preload
-
     warm_up()
     workflow_sync_preload()

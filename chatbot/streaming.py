@@ -25,9 +25,9 @@ from chatbot.services import ConversationContext, UnknownConversation, conversat
 from chatbot.summaries import summary_settled, summary_write_later
 from concurrency.jsonio import JsonInputError, json_check
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
+from rag.provider import get_runtime
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.state import Turn
-from rag.wiring import get_runtime
 
 logger = logging.getLogger(__name__)
 

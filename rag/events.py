@@ -8,6 +8,12 @@ With `Coalescing`, the writer merges the `answer` (and `reasoning`) deltas of a 
 quiet `window` goes out at once (so the first token is never held back), later ones wait until the window since
 the last frame has passed or `max_chars` have gathered. Everything downstream (the relay, Redis, JSON, the socket)
 then pays per frame, not per token, and a page still updates some 25 times a second.
+
+The schema is typed: `PipelineEvent` is the union of one TypedDict per channel (`StatusEvent`, `AnswerEvent`,
+`ReasoningEvent`, `UsageEvent`, `SummaryEvent`, `ErrorEvent`), told apart by `channel`. The writer's methods take
+their payloads as those TypedDicts' fields (`StatusPayload`, `UsagePayload`, `Summary`, `ErrorPayload`), so
+mypy checks what every emitter passes; tests/rag/pipeline/test_event_schema.py checks every event a real run emits
+against the union. What travels (`Event`) stays a plain dict: transports only forward it.
 """
 
 from __future__ import annotations
@@ -16,15 +22,153 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Unpack
+
+# typing_extensions' TypedDict: pydantic (which checks events against these types in the tests) reads its
+# annotations on Python 3.11, where typing's does not keep enough of them
+from typing_extensions import TypedDict
 
 SOURCE = "ask_stream"
 CHANNELS = ("status", "answer", "reasoning", "meta", "meta_summary", "error")
 TERMINAL_CHANNELS = frozenset({"meta_summary", "error"})
 
 Event = dict[str, Any]
+
+Channel = Literal["status", "answer", "reasoning", "meta", "meta_summary", "error"]
+
+
+class StatusPayload(TypedDict, total=False):
+    """What a `status` event may carry besides the envelope, grouped by who sends it."""
+
+    # the engine, around each node: `start`, then `end` with the route taken and the node's time
+    route: str
+    ms: float
+    # planner (`plan`)
+    intent: str
+    should_retrieve: bool
+    followup_instruction: str
+    plan_source: str
+    adjusted: list[str]
+    # language normaliser (`translate`) and follow-up transform (`prepare`)
+    source_language: str
+    target_language: str
+    translated: bool
+    mode: str
+    # query builder (`rewrite`, `retry`)
+    loop: int
+    strategy: str
+    query_source: str
+    # tool executor (`tool`)
+    tool: str
+    queries: list[str]
+    kind: str
+    language: str
+    hits: int
+    failed: int
+    # response synthesis (`generate`)
+    task: str
+    answer_source: str
+    sources: int
+    degraded: bool
+    # any node that fell back to the offline rules: the error's code, and what went wrong (the planner)
+    fallback_reason: str
+    detail: str
+
+
+class UsageCounts(TypedDict):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+class UsagePayload(TypedDict, total=False):
+    call: str  # which of the node's LLM calls
+
+
+class Attachment(TypedDict):
+    name: str
+    url: str
+    media_type: str
+
+
+class Summary(TypedDict, total=False):
+    """The terminal `meta_summary` event's payload. A pipeline run's summary (rag.runtime.PipelineRun.summary)
+    carries every field; a bare graph run (tests, benchmarks) may finish with fewer."""
+
+    conversation_id: str
+    backend: str
+    language: str
+    intent: str
+    search_query: str
+    loops: int
+    tools: list[str]
+    cached: bool
+    degraded: bool
+    skipped: list[dict[str, str]]  # auxiliary steps skipped for want of a slot: rag.state.SkippedStep.as_dict()
+    sources: list[dict[str, Any]]  # rag.state.SourceRef.as_dict(): ref, doc_id, title, url, and optional keys
+    attachments: list[Attachment]
+    usage: UsageCounts
+    trace_id: str | None
+    elapsed_ms: float
+
+
+class ErrorPayload(TypedDict, total=False):
+    retry_after: float  # seconds a client should wait before asking again (busy, unavailable)
+
+
+class _Envelope(TypedDict):
+    source: Literal["ask_stream"]
+    request_id: str
+    seq: int
+    node: str
+
+
+class StatusEvent(_Envelope, StatusPayload):
+    channel: Literal["status"]
+    stage: str
+
+
+class AnswerEvent(_Envelope):
+    channel: Literal["answer"]
+    stage: Literal["delta"]
+    delta: str
+
+
+class ReasoningEvent(_Envelope):
+    channel: Literal["reasoning"]
+    stage: Literal["delta"]
+    delta: str
+
+
+class UsageEvent(_Envelope, UsagePayload):
+    channel: Literal["meta"]
+    stage: Literal["usage"]
+    usage: UsageCounts
+
+
+class SummaryEvent(_Envelope, Summary):
+    channel: Literal["meta_summary"]
+    stage: Literal["final"]
+
+
+class ErrorEvent(_Envelope, ErrorPayload):
+    channel: Literal["error"]
+    stage: Literal["error"]
+    code: str
+    message: str
+
+
+PipelineEvent = StatusEvent | AnswerEvent | ReasoningEvent | UsageEvent | SummaryEvent | ErrorEvent
+EVENT_TYPES: dict[str, type[Any]] = {
+    "status": StatusEvent,
+    "answer": AnswerEvent,
+    "reasoning": ReasoningEvent,
+    "meta": UsageEvent,
+    "meta_summary": SummaryEvent,
+    "error": ErrorEvent,
+}
 
 
 class StreamClosed(Exception):
@@ -139,11 +283,11 @@ class StreamWriter:
         self._call_later = call_later
         self._pending: list[str] = []
         self._pending_chars = 0
-        self._pending_key: tuple[str, str] = ("", "")
+        self._pending_key: tuple[str, Channel] = ("", "answer")
         self._last_frame = -math.inf
         self._timer: Any = None
 
-    def _make(self, node: str, channel: str, stage: str, payload: dict[str, Any]) -> Event:
+    def _make(self, node: str, channel: Channel, stage: str, payload: Mapping[str, Any]) -> Event:
         if self.terminal is not None:
             raise StreamClosed(f"stream {self.request_id} already ended with {self.terminal['channel']}")
         self._seq += 1
@@ -161,7 +305,7 @@ class StreamWriter:
 
     # --- text deltas, merged into frames ---------------------------------------------------------------------
 
-    async def _text(self, node: str, channel: str, delta: str) -> None:
+    async def _text(self, node: str, channel: Channel, delta: str) -> None:
         coalescing = self._coalescing
         if coalescing is None:
             await self._channel.put(self._make(node, channel, "delta", {"delta": delta}))
@@ -219,11 +363,11 @@ class StreamWriter:
 
     # --- emitting ---------------------------------------------------------------------------------------------
 
-    async def emit(self, node: str, channel: str, stage: str, **payload: Any) -> None:
+    async def emit(self, node: str, channel: Channel, stage: str, **payload: Unpack[StatusPayload]) -> None:
         await self._flush()
         await self._channel.put(self._make(node, channel, stage, payload))
 
-    async def status(self, node: str, stage: str, **payload: Any) -> None:
+    async def status(self, node: str, stage: str, **payload: Unpack[StatusPayload]) -> None:
         await self._flush()
         await self._channel.put(self._make(node, "status", stage, payload))
 
@@ -233,11 +377,11 @@ class StreamWriter:
     async def reasoning(self, node: str, delta: str) -> None:
         await self._text(node, "reasoning", delta)
 
-    async def usage(self, node: str, usage: dict[str, int], **payload: Any) -> None:
+    async def usage(self, node: str, usage: UsageCounts, **payload: Unpack[UsagePayload]) -> None:
         await self._flush()
         await self._channel.put(self._make(node, "meta", "usage", {"usage": usage, **payload}))
 
-    def finish(self, summary: dict[str, Any]) -> Event:
+    def finish(self, summary: Summary) -> Event:
         """The success terminal event; returns it."""
         self._flush_now()
         event = self._make("END", "meta_summary", "final", summary)
@@ -245,7 +389,7 @@ class StreamWriter:
         self._channel.put_terminal(event)
         return event
 
-    def fail(self, code: str, message: str, *, node: str = "END", **payload: Any) -> Event:
+    def fail(self, code: str, message: str, *, node: str = "END", **payload: Unpack[ErrorPayload]) -> Event:
         """The error terminal event; a second terminal is ignored (the first one stands)."""
         if self.terminal is not None:
             return self.terminal

@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections
 
 from concurrency.worker_tasks import WorkerTask
+from rag.provider import get_runtime
 
 __all__ = ["ReplicaSync", "replica_sync_enabled", "replica_sync_task", "runtime_replicas"]
 
@@ -41,8 +42,6 @@ Replicas = tuple[Any, Any]  # (the VectorStore, the semantic cache index or None
 
 async def runtime_replicas() -> Replicas:
     """The pipeline runtime's store and semantic cache index (building the runtime if needed)."""
-    from rag.wiring import get_runtime
-
     deps = await get_runtime().deps()
     store = getattr(deps.retriever, "store", None)
     cache = getattr(deps, "cache", None)

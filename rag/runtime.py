@@ -20,7 +20,7 @@ from typing import Any
 from concurrency.context import request_scope
 from rag.engine import CompiledGraph, GraphCache, NodeRegistry, WorkflowDefinition, compile_workflow
 from rag.errors import PipelineAbort
-from rag.events import Coalescing, Event, EventChannel, StreamWriter
+from rag.events import Coalescing, Event, EventChannel, StreamWriter, Summary
 from rag.state import PipelineState, Turn
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class PipelineRun:
         else:
             writer.finish(self.summary())
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         state = self.state
         return {
             "conversation_id": state.conversation_id,

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rag.events import UsageCounts
+
 LANGUAGES = ("zh-hant", "zh-hans", "en", "other")
 INTENTS = ("simple_faq", "form_download", "form_export", "conversation_followup", "out_of_scope")
 ERROR_CODES = ("bad_request", "blocked", "busy", "timeout", "upstream_error", "cancelled", "internal")
@@ -88,7 +90,7 @@ class Usage:
         self.output_tokens += other.output_tokens
         self.total_tokens += other.total_tokens
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> UsageCounts:
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,

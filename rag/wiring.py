@@ -25,14 +25,42 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from concurrency.cluster import cluster_manager_install
+from concurrency.live import live_settings_preload, register_stats_provider
+from concurrency.live.apply import on_settings_applied, settings_current
+from concurrency.live.workers import redis_config, worker_id, workers_index_key
+from concurrency.manager import get_manager
 from rag.deps import PipelineConfig, PipelineDeps
+from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
+from rag.llm_nodes.prompts import RegistryPrompts
+from rag.ratelimit import RedisRateLimiter, SlidingWindowRateLimiter
+from rag.retrieval.embedding import LexicalEmbedder
+from rag.retrieval.retriever import StoreRetriever, default_mode
+from rag.retrieval.st_embedder import (
+    SentenceTransformerEmbedder,
+    SentenceTransformersUnavailable,
+    check_model_folder,
+    check_package,
+)
+from rag.retrieval.store import SearchSettings, open_store_from_settings
 from rag.runtime import PipelineRuntime
+from rag.semcache.cache import build_semantic_cache
+from rag.semcache.services import cache_entries_invalidate_for_documents
+from rag.telemetry import current_telemetry, get_telemetry
+from rag.workflows.default import default_workflow
+
+if TYPE_CHECKING:
+    from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
+
+# rag.llm and rag.nodes are imported where they are used: they load the openai SDK (over a second), which a
+# command that never builds the pipeline (`manage.py ask` through a server, `reindex` offline) need not wait for.
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +107,8 @@ def parse_node_map(variable: str, raw: str, convert: Callable[[str], Any]) -> di
     return out
 
 
-def llm_config_from_settings() -> Any:
-    from rag.llm import LLMConfig
+def llm_config_from_settings() -> LLMConfig:
+    from rag.llm import LLMConfig  # loads the openai SDK: see the note under the imports
 
     return LLMConfig(
         base_url=settings.LLM_BASE_URL,
@@ -107,8 +135,8 @@ def llm_config_from_settings() -> Any:
 IDLE_MARGIN_SECONDS = 5.0
 
 
-def call_policy_config_from_settings() -> Any:
-    from rag.llm import CallPolicyConfig
+def call_policy_config_from_settings() -> CallPolicyConfig:
+    from rag.llm import CallPolicyConfig  # loads the openai SDK: see the note under the imports
 
     return CallPolicyConfig(
         rpm=dict.fromkeys(LLM_BACKENDS, settings.LLM_RPM_LIMIT),
@@ -128,11 +156,11 @@ def pipeline_idle_timeout() -> float:
     return max(settings.LLM_REQUEST_TIMEOUT, settings.RAG_RETRIEVAL_TIMEOUT) + IDLE_MARGIN_SECONDS
 
 
-def build_llm_backend() -> Any:
+def build_llm_backend() -> LLMBackend | None:
     """The process's LLM backend, or None when no LLM server is configured (the offline rules answer)."""
     if not settings.LLM_BASE_URL:
         return None
-    from rag.llm import LLMBackend
+    from rag.llm import LLMBackend  # loads the openai SDK: see the note under the imports
 
     try:
         return LLMBackend(llm_config_from_settings(), call_policy_config_from_settings())
@@ -149,7 +177,6 @@ def check_embedding_settings() -> None:
     if settings.SENTENCE_TRANSFORMERS_MODEL:
         if settings.EMBEDDING_BASE_URL:
             raise ImproperlyConfigured("set EMBEDDING_BASE_URL or SENTENCE_TRANSFORMERS_MODEL, not both")
-        from rag.retrieval.st_embedder import SentenceTransformersUnavailable, check_model_folder, check_package
 
         try:
             check_model_folder(settings.SENTENCE_TRANSFORMERS_MODEL)
@@ -164,12 +191,9 @@ def build_embedder(llm: Any = None) -> Any:
     A network embedder shares `llm` (its call policy and RPM windows) when given one, and runs its sync calls
     (indexing, the semantic cache) on the serving loop, where the concurrency manager lives.
     """
-    from rag.retrieval.embedding import LexicalEmbedder
 
     check_embedding_settings()
     if settings.SENTENCE_TRANSFORMERS_MODEL:
-        from rag.retrieval.st_embedder import SentenceTransformerEmbedder, SentenceTransformersUnavailable
-
         try:
             return SentenceTransformerEmbedder(
                 settings.SENTENCE_TRANSFORMERS_MODEL, batch_size=settings.EMBEDDING_BATCH_SIZE
@@ -177,7 +201,7 @@ def build_embedder(llm: Any = None) -> Any:
         except SentenceTransformersUnavailable as exc:
             raise ImproperlyConfigured(str(exc)) from exc
     if settings.EMBEDDING_BASE_URL:
-        from rag.llm import LLMBackend
+        from rag.llm import LLMBackend  # loads the openai SDK: see the note under the imports
         from rag.llm.embedder import OpenAIEmbedder
 
         if llm is None:
@@ -191,8 +215,6 @@ def build_embedder(llm: Any = None) -> Any:
 
 def search_settings_from_settings(embedder: Any) -> tuple[Any, Any]:
     """(mode, SearchSettings) for the retriever: RAG_SEARCH_MODE, else the embedder kind's default."""
-    from rag.retrieval.retriever import default_mode
-    from rag.retrieval.store import SearchSettings
 
     mode = settings.RAG_SEARCH_MODE or default_mode(embedder)
     return mode, SearchSettings(
@@ -207,7 +229,7 @@ def apply_live_policy(llm: Any, snapshot: Any) -> None:
 
     Fields are set in place: the RPM limiter reads the policy's config object on every call.
     """
-    from rag.llm import CallPolicyConfig
+    from rag.llm import CallPolicyConfig  # loads the openai SDK: see the note under the imports
 
     policy = llm.policy.config
     try:
@@ -234,7 +256,6 @@ def apply_live_policy(llm: Any, snapshot: Any) -> None:
 
 def follow_live_settings(llm: Any) -> Callable[[], None]:
     """Keep the backend's policy in step with the live settings row; returns the unsubscribe function."""
-    from concurrency.live.apply import on_settings_applied
 
     return on_settings_applied(lambda snapshot: apply_live_policy(llm, snapshot))
 
@@ -260,8 +281,6 @@ def follow_live_sample_rate() -> Callable[[], None]:
     """Keep the process telemetry's sample rate in step with the live settings row; returns the unsubscribe
     function. The callback runs on the event loop, so it never builds the telemetry: one built later takes the
     applied row then (`telemetry_for_deps`)."""
-    from concurrency.live.apply import on_settings_applied
-    from rag.telemetry import current_telemetry
 
     def apply(snapshot: Any) -> None:
         telemetry = current_telemetry()
@@ -274,8 +293,6 @@ def follow_live_sample_rate() -> Callable[[], None]:
 def telemetry_for_deps() -> Any:
     """The process telemetry, at the applied live row's sample rate when one was applied (the row wins over
     `LANGFUSE_SAMPLE_RATE`, as for the concurrency limits). Blocking the first time: call it off the event loop."""
-    from concurrency.live.apply import settings_current
-    from rag.telemetry import get_telemetry
 
     telemetry = get_telemetry()
     applied = None
@@ -294,8 +311,6 @@ def configure_concurrency_manager() -> Any:
     Skipped when the live settings row has been applied already: it was seeded from these settings and staff
     may have changed it since. Call it on the thread of the event loop that serves requests.
     """
-    from concurrency.live.apply import settings_current
-    from concurrency.manager import get_manager
 
     if settings_current() is None:
         get_manager(
@@ -311,9 +326,6 @@ def configure_concurrency_manager() -> Any:
             max_waiters=settings.LLM_MAX_WAITERS,
         )
     if settings.REDIS_URL and settings.LLM_CLUSTER_LIMITS:
-        from concurrency.cluster import cluster_manager_install
-        from concurrency.live.workers import redis_config, worker_id, workers_index_key
-
         url, prefix = redis_config()
         return cluster_manager_install(
             redis_url=url,
@@ -330,8 +342,6 @@ def configure_concurrency_manager() -> Any:
 
 def rate_limiter_from_settings() -> Any:
     """The request rate windows: in Redis with `REDIS_URL` (shared by every worker), else in this process."""
-    from concurrency.live.workers import redis_config
-    from rag.ratelimit import RedisRateLimiter, SlidingWindowRateLimiter
 
     local = SlidingWindowRateLimiter(settings.RAG_RATE_LIMIT_PER_MINUTE)
     url, prefix = redis_config()
@@ -340,7 +350,6 @@ def rate_limiter_from_settings() -> Any:
 
 def build_deps() -> PipelineDeps:
     """Open the vector store and build every client. Blocking: call it off the event loop."""
-    from rag.retrieval.store import open_store_from_settings
 
     # first: a configuration mistake (or a missing model folder) should not leave the store open and locked
     llm = build_llm_backend()
@@ -348,7 +357,6 @@ def build_deps() -> PipelineDeps:
     mode, search_settings = search_settings_from_settings(embedder)
     store = open_store_from_settings()
     store.sync()  # load the in-memory replica now, not at the first question
-    from rag.retrieval.retriever import StoreRetriever
 
     deps = PipelineDeps(
         retriever=StoreRetriever(store, embedder, mode=mode, settings=search_settings),
@@ -358,11 +366,8 @@ def build_deps() -> PipelineDeps:
         telemetry=telemetry_for_deps(),  # process-wide, shut down at exit: not one of the deps' cleanups
     )
     if llm is not None:
-        from rag.llm_nodes.prompts import RegistryPrompts
-
         deps.prompts = RegistryPrompts()
         deps.cleanups.append(follow_live_settings(llm))
-        from concurrency.live import register_stats_provider
 
         # answers made from the passages while the model failed (only an LLM deployment degrades)
         deps.cleanups.append(register_stats_provider("answers", deps.answer_stats.stats))
@@ -382,12 +387,6 @@ def build_deps() -> PipelineDeps:
 
 
 def _attach_semantic_cache(deps: PipelineDeps, store: Any, embedder: Any) -> None:
-    from functools import partial
-
-    from concurrency.live import register_stats_provider
-    from rag.documents.hooks import on_documents_reindexed
-    from rag.semcache.cache import build_semantic_cache
-    from rag.semcache.services import cache_entries_invalidate_for_documents
 
     cache = build_semantic_cache(
         store,
@@ -410,10 +409,7 @@ def get_runtime() -> PipelineRuntime:
         _serving_loop = asyncio.get_running_loop()
     with _lock:
         if _runtime is None:
-            from concurrency.live import register_stats_provider
-            from rag.nodes import build_registry
-            from rag.telemetry import get_telemetry
-            from rag.workflows.default import default_workflow
+            from rag.nodes import build_registry  # loads the openai SDK: see the note under the imports
 
             configure_concurrency_manager()
             _runtime = PipelineRuntime(
@@ -449,7 +445,6 @@ def warm_up() -> None:
         logger.critical(
             "THIS WORKER HAS NO INDEX: the vector store is empty, so it is not ready; run `manage.py reindex`"
         )
-    from concurrency.live import live_settings_preload
 
     # after the runtime is built: its callbacks (the sample rate) follow the row from the start too
     live_settings_preload()

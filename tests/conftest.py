@@ -32,6 +32,16 @@ INDEX_TABLES = frozenset({"rag_indexbuild", "rag_indexpoint", "rag_indexalias"})
 
 
 @pytest.fixture(scope="session", autouse=True)
+def provided_runtime() -> None:
+    """The suite is assembled as the server is (chatbot.asgi): the wiring's lazily built runtime is provided to the
+    modules that serve. Tests that run on a runtime of their own replace `get_runtime` where it is used."""
+    from rag.provider import provide_runtime
+    from rag.wiring import get_runtime
+
+    provide_runtime(get_runtime)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def keep_the_index_across_flushes() -> Iterator[None]:
     """A transactional test ends by emptying every table (Django's `flush`); the index tables are left alone, as a
     developer's index survives a test run of theirs. Tests that build indexes of their own do it under an alias of

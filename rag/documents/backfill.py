@@ -23,11 +23,13 @@ from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.utils import timezone
+from pydantic import Field
 
 from rag.documents.models import BackfillJob, Chunk, DocumentStatus, JobStatus
 from rag.documents.services import JobCancelled, JobTracker, db_retry
 from rag.errors import PipelineAbort
 from rag.llm.errors import InvalidLLMOutput
+from rag.llm.structured import StructuredOutput
 from rag.retrieval.embedding import Embedder
 from rag.retrieval.indexer import build_compatible, describe_points, live_payloads, refresh_live
 from rag.retrieval.sparse import BM25Encoder
@@ -37,12 +39,15 @@ logger = logging.getLogger(__name__)
 
 PROMPT_NAME = "description-backfill-system"
 NODE = "backfill"
-DESCRIPTION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"zh-hant": {"type": "string"}, "en": {"type": "string"}},
-    "required": ["zh-hant", "en"],
-    "additionalProperties": False,
-}
+
+
+class DescriptionOutput(StructuredOutput):
+    """A chunk's description in both languages the help centre serves."""
+
+    zh_hant: str = Field(alias="zh-hant")
+    en: str
+
+
 MAX_DESCRIPTION_CHARS = 300
 # calls in flight at once: a background job should leave most of the LLM's slots to people chatting
 PARALLEL = 2
@@ -130,12 +135,12 @@ async def describe_chunk(*, llm: Any, snapshot: Any, title: str, text: str) -> t
             {"role": "system", "content": snapshot.render(title=title, text=text)},
             {"role": "user", "content": "Describe the chunk above as JSON."},
         ],
-        json_schema=DESCRIPTION_SCHEMA,
+        output=DescriptionOutput,
         schema_name="chunk_descriptions",
         **_call_options(snapshot, llm),
     )
-    parsed = result.parsed_json if isinstance(result.parsed_json, dict) else {}
-    zh, en = _clean(parsed.get("zh-hant")), _clean(parsed.get("en"))
+    parsed: DescriptionOutput = result.parsed
+    zh, en = _clean(parsed.zh_hant), _clean(parsed.en)
     if not zh or not en:
         raise InvalidLLMOutput("a description is empty", text=result.text)
     return zh, en

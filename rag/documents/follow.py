@@ -6,8 +6,9 @@ job is left to that process's job runner, and the command follows the row: a tex
 outcome. Ctrl-C asks the job to cancel and waits for it to stop (a second Ctrl-C stops waiting).
 `job_command_run` is that whole flow; a command gives it how to create its job and how to run it here.
 
-A job run here gets the process's concurrency manager (the deployment's limits) on its loop, and its network
-calls (LLM, embeddings) are made there; the loop's HTTP clients are closed when the job ends.
+A job run here gets the process's concurrency manager (the deployment's limits) on its loop, set up there by the
+command's `on_loop` (`rag.wiring.configure_concurrency_manager`), and its network calls (LLM, embeddings) are
+made there; the loop's HTTP clients are closed when the job ends.
 """
 
 from __future__ import annotations
@@ -237,12 +238,14 @@ def job_command_run(
     out: TextIO | OutputWrapper,
     create: Callable[[], Job],
     execute: Execute,
+    on_loop: Callable[[], object],
     no_wait: bool = False,
     before_create: Callable[[VectorStore], bool] | None = None,
 ) -> Job | None:
     """Create the job and see it through: run here when this process can open the store, else follow the
     server's runner. Returns the finished row, or None when there is nothing to report (queued with
-    `no_wait`, or `before_create(store)` answered False after saying why)."""
+    `no_wait`, or `before_create(store)` answered False after saying why). A job run here calls `on_loop()` on
+    its event loop before `execute` (the process's concurrency manager is set up there)."""
     store = command_store(command)
     if store is None:
         job = create()
@@ -262,17 +265,26 @@ def job_command_run(
                 f"starts with the job runner; run {command.command} without --no-wait to run it now."
             )
             return None
-        return job_run_here(job, store, out=out, label=command.label(job), execute=execute)
+        return job_run_here(job, store, out=out, label=command.label(job), execute=execute, on_loop=on_loop)
 
 
-def job_run_here(job: Job, store: VectorStore, *, out: TextIO | OutputWrapper, label: str, execute: Execute) -> Job:
-    """Run `execute(job, store, stop)` on an event loop of its own (on the job's thread), following the row."""
+def job_run_here(
+    job: Job,
+    store: VectorStore,
+    *,
+    out: TextIO | OutputWrapper,
+    label: str,
+    execute: Execute,
+    on_loop: Callable[[], object],
+) -> Job:
+    """Run `on_loop()` then `execute(job, store, stop)` on an event loop of its own (on the job's thread),
+    following the row."""
 
     async def main(stop: threading.Event) -> None:
+        # the openai SDK loads here, for a job run here, not for every command that only follows the server's
         from rag.llm.client import aclose_clients
-        from rag.wiring import configure_concurrency_manager
 
-        configure_concurrency_manager()  # the process's manager, with the deployment's limits, on this loop
+        on_loop()  # the process's manager, with the deployment's limits, on this loop
         try:
             await execute(job, store, stop)
         finally:

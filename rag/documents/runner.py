@@ -2,9 +2,10 @@
 
 It claims pending job rows one at a time (rag.documents.services.job_claim_next), runs a reindex on a worker
 thread and a backfill on the loop (its LLM calls) with its blocking work on a thread, and beats a heartbeat so
-commands know someone will run what they queue. It uses the pipeline runtime's own store and embedder
-(`get_runtime().deps()`): the store it switches is the one the retriever searches, so the server answers from
-the new build as soon as the alias moves (in local mode the store swaps its in-memory copy in the same step).
+commands know someone will run what they queue. It uses the pipeline runtime's own store and embedder (the
+runtime the process's assembly point provided, `rag.provider.get_runtime().deps()`): the store it switches is the
+one the retriever searches, so the server answers from the new build as soon as the alias moves (in local mode
+the store swaps its in-memory copy in the same step).
 
 In the server it is started like the live-settings task: `job_runner_task` is one of the tasks
 `concurrency.worker_tasks.WorkerTasksMiddleware` starts on the first connection (daphne has no start-up hook) or
@@ -32,6 +33,7 @@ from rag.documents.backfill import backfill_job_execute
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import BackfillJob, IndexJob, Job
 from rag.documents.services import job_claim_next, runner_forget, runner_heartbeat, runner_name
+from rag.provider import get_runtime
 from rag.retrieval.embedding import Embedder
 from rag.retrieval.store import StoreLockedError, VectorStore
 
@@ -68,8 +70,6 @@ ContextFactory = Callable[[], Awaitable[JobContext | None]]
 async def runtime_job_context() -> JobContext | None:
     """The pipeline runtime's store and embedder (opening the store if the runtime has not yet), its LLM and
     prompts. None when the retriever is not a store retriever (a test double): nothing to index then."""
-    from rag.wiring import get_runtime
-
     deps = await get_runtime().deps()
     retriever = deps.retriever
     store = getattr(retriever, "store", None)

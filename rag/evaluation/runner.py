@@ -14,9 +14,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import Field
+
 from rag.deps import PromptProvider
 from rag.evaluation.metrics import AnswerRecord
 from rag.events import Event
+from rag.llm.structured import StructuredOutput
 from rag.llm_nodes import calls
 from rag.retrieval.loaders import SquadQuestion
 from rag.runtime import AskRequest, PipelineRuntime
@@ -27,16 +30,14 @@ logger = logging.getLogger(__name__)
 JUDGE_PROMPT = "answer-judge"
 JUDGE_NODE = "answer_judge"
 _PASSAGE_CHARS = 1500
-JUDGE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "faithfulness": {"type": "integer", "minimum": 1, "maximum": 5},
-        "relevance": {"type": "integer", "minimum": 1, "maximum": 5},
-        "reason": {"type": "string", "maxLength": 300},
-    },
-    "required": ["faithfulness", "relevance", "reason"],
-    "additionalProperties": False,
-}
+
+
+class Judgement(StructuredOutput):
+    """The judge's scores of one answer (1 to 5) and why."""
+
+    faithfulness: int = Field(ge=1, le=5)
+    relevance: int = Field(ge=1, le=5)
+    reason: str = Field(max_length=300)
 
 
 def cited_passages(state: PipelineState) -> list[str]:
@@ -91,7 +92,7 @@ async def judge_one(llm: Any, prompts: PromptProvider, record: AnswerRecord, *, 
             backend=backend,
             node=JUDGE_NODE,
             messages=[{"role": "user", "content": prompt}],
-            json_schema=JUDGE_SCHEMA,
+            output=Judgement,
             schema_name="answer_judgement",
             **options,
         )
@@ -99,15 +100,8 @@ async def judge_one(llm: Any, prompts: PromptProvider, record: AnswerRecord, *, 
         logger.warning("judge failed for %s: %s", record.question_id, exc)
         record.judge = {"error": type(exc).__name__}
         return
-    verdict = result.parsed_json
-    if not isinstance(verdict, dict):
-        record.judge = {"error": "InvalidLLMOutput"}
-        return
-    record.judge = {
-        "faithfulness": int(verdict["faithfulness"]),
-        "relevance": int(verdict["relevance"]),
-        "reason": str(verdict.get("reason", ""))[:300],
-    }
+    verdict: Judgement = result.parsed
+    record.judge = {"faithfulness": verdict.faithfulness, "relevance": verdict.relevance, "reason": verdict.reason}
 
 
 async def judge_all(llm: Any, prompts: PromptProvider, records: Sequence[AnswerRecord]) -> None:

@@ -1,4 +1,4 @@
-"""LLM client and call policy: streamed answers, JSON-schema completions and embeddings from an
+"""LLM client and call policy: streamed answers, structured (pydantic-model) completions and embeddings from an
 OpenAI-compatible server, under one rate-limit / concurrency / retry / timeout policy.
 
 What the composition root (rag.wiring) builds from settings, once per process::
@@ -15,7 +15,7 @@ from rag.llm.backends import LLMBackend
 from rag.llm.config import CallPolicyConfig, LLMConfig
 from rag.llm.embedder import OpenAIEmbedder
 from rag.llm.errors import InvalidLLMOutput
-from rag.llm.json_output import parse_json_output, schema_errors, validate_json
+from rag.llm.structured import StructuredOutput, output_schema, parse_output
 from rag.llm.types import LLMDelta, LLMResult
 
 __all__ = [
@@ -26,7 +26,7 @@ __all__ = [
     "LLMDelta",
     "LLMResult",
     "OpenAIEmbedder",
-    "parse_json_output",
-    "schema_errors",
-    "validate_json",
+    "StructuredOutput",
+    "output_schema",
+    "parse_output",
 ]

@@ -16,14 +16,15 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal
 
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 from rag.errors import UpstreamError
 from rag.llm.client import ClientKey, get_client
 from rag.llm.config import CallPolicyConfig, LLMConfig
 from rag.llm.errors import InvalidLLMOutput
-from rag.llm.json_output import parse_json_output
 from rag.llm.policy import DEFAULT_SLOT, CallLabel, CallPolicy, SlotTerms, StreamTimeouts
 from rag.llm.streams import ChatStreamParser, RawEventStream, ResponsesStreamParser, chat_usage, responses_usage
+from rag.llm.structured import output_schema, parse_output
 from rag.llm.types import LLMDelta, LLMResult
 from rag.state import Usage
 from rag.telemetry.record import generation_error, report_generation
@@ -214,7 +215,7 @@ class LLMBackend:
         messages: Sequence[Message] | None = None,
         instructions: str | None = None,
         input: str | Sequence[Message] | None = None,
-        json_schema: Mapping[str, Any] | None = None,
+        output: type[BaseModel] | None = None,
         schema_name: str | None = None,
         model: str | None = None,
         temperature: float | None = None,
@@ -223,8 +224,9 @@ class LLMBackend:
         extra_body: Mapping[str, Any] | None = None,
         slot: SlotTerms = DEFAULT_SLOT,
     ) -> LLMResult:
-        """A non-streamed completion. With ``json_schema``, structured output is requested (strict) and the
-        answer is parsed and checked: ``parsed_json`` holds it, and a reply that does not conform raises
+        """A non-streamed completion. With ``output`` (a pydantic model), structured output is requested (strict,
+        with the model's JSON schema) and the answer is parsed into it: ``parsed`` holds it, and a reply that does
+        not fit raises
         rag.llm.errors.InvalidLLMOutput (callers fall back to their rules). Transport failures raise
         rag.errors Busy / UpstreamTimeout / UpstreamError like ``stream_answer``; ``total_timeout`` and ``slot`` as
         there.
@@ -233,6 +235,7 @@ class LLMBackend:
         model = model or cfg.model_for(backend, node)
         client = self._client()
         name = _schema_name(schema_name or f"{node}_output")
+        json_schema = output_schema(output) if output is not None else None
         extra = dict(extra_body) if extra_body else None
         if backend == "chat":
             kwargs: dict[str, Any] = {
@@ -243,7 +246,7 @@ class LLMBackend:
             if json_schema is not None:
                 kwargs["response_format"] = {
                     "type": "json_schema",
-                    "json_schema": {"name": name, "schema": dict(json_schema), "strict": True},
+                    "json_schema": {"name": name, "schema": json_schema, "strict": True},
                 }
 
             async def attempt() -> tuple[str, Usage]:
@@ -259,7 +262,7 @@ class LLMBackend:
             }
             if json_schema is not None:
                 kwargs["text"] = {
-                    "format": {"type": "json_schema", "name": name, "schema": dict(json_schema), "strict": True}
+                    "format": {"type": "json_schema", "name": name, "schema": json_schema, "strict": True}
                 }
 
             async def attempt() -> tuple[str, Usage]:
@@ -280,16 +283,16 @@ class LLMBackend:
             raise
         ended = time.time()
         parsed = None
-        if json_schema is not None:
+        if output is not None:
             try:
-                parsed = parse_json_output(text, json_schema)
+                parsed = parse_output(text, output)
             except InvalidLLMOutput as exc:
                 exc.usage = usage
                 # Answered and paid for, but unusable: the generation keeps its usage and says why.
                 report(usage=usage, ended=ended, error=generation_error(exc))
                 raise
         report(usage=usage, ended=ended)
-        return LLMResult(text=text, usage=usage, parsed_json=parsed)
+        return LLMResult(text=text, usage=usage, parsed=parsed)
 
     # ------------------------------------------------------------------ embeddings
 

@@ -27,8 +27,9 @@ class LLMDelta:
 
 @dataclass(slots=True)
 class LLMResult:
-    """A non-streaming completion: the text, its token usage and, with a JSON schema, the validated JSON."""
+    """A non-streaming completion: the text, its token usage and, with an output model, the reply parsed into it
+    (a rag.llm.structured.StructuredOutput)."""
 
     text: str
     usage: Usage = field(default_factory=Usage)
-    parsed_json: Any = None
+    parsed: Any = None

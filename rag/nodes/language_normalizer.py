@@ -16,7 +16,7 @@ from typing import Any
 
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
-from rag.events import StreamWriter
+from rag.events import StatusPayload, StreamWriter
 from rag.llm_nodes import calls
 from rag.llm_nodes.followup import TARGET_NAMES
 from rag.llm_nodes.prompts import TRANSLATOR
@@ -113,16 +113,10 @@ class LanguageNormalizer:
         return translated
 
     async def _announce(self, writer: StreamWriter, language: str, target: str, *, reason: str = "") -> None:
-        extra = {"fallback_reason": reason} if reason else {}
-        await writer.emit(
-            self.name,
-            "status",
-            "translate",
-            source_language=language,
-            target_language=target,
-            translated=not reason,
-            **extra,
-        )
+        payload: StatusPayload = {"source_language": language, "target_language": target, "translated": not reason}
+        if reason:
+            payload["fallback_reason"] = reason
+        await writer.emit(self.name, "status", "translate", **payload)
 
 
 def _last_assistant_turn(history: list[Turn]) -> str:

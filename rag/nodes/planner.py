@@ -13,12 +13,13 @@ counts from when the call holds its slot, so a plan being decoded is never cut b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
 from rag.llm.policy import SlotTerms
+from rag.llm.structured import StructuredOutput, output_schema
 from rag.llm_nodes import calls
 from rag.llm_nodes.followup import canonical_instruction
 from rag.llm_nodes.prompts import PLANNER
@@ -32,22 +33,25 @@ from rag.offline.planner_rules import (
     OfflinePlan,
     plan_offline,
 )
-from rag.state import INTENTS, PipelineState
+from rag.state import PipelineState
 
 NAME = "planner"
 INPUTS = ("normalized_question", "language", "previous_answer")
 OUTPUTS = ("intent", "should_retrieve", "followup_instruction", "plan_source")
 
-PLAN_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "intent": {"type": "string", "enum": list(INTENTS)},
-        "should_retrieve": {"type": "boolean"},
-        "followup_instruction": {"type": "string"},
-    },
-    "required": ["intent", "should_retrieve", "followup_instruction"],
-    "additionalProperties": False,
-}
+# rag.state.INTENTS, spelled out for the type checker (a test keeps the two equal)
+Intent = Literal["simple_faq", "form_download", "form_export", "conversation_followup", "out_of_scope"]
+
+
+class PlanOutput(StructuredOutput):
+    """The plan the model is asked for; `reconcile` makes it consistent with the routes."""
+
+    intent: Intent
+    should_retrieve: bool
+    followup_instruction: str
+
+
+PLAN_SCHEMA = output_schema(PlanOutput)  # what the server is sent
 _MAX_INSTRUCTION_CHARS = 300
 
 
@@ -126,21 +130,21 @@ class Planner:
             backend=state.backend,
             node=NAME,
             messages=messages,
-            json_schema=PLAN_SCHEMA,
+            output=PlanOutput,
             schema_name="plan",
             total_timeout=self._timeout,
             slot=self._slot,
             **calls.call_options(self._llm, snapshot, node=NAME),
         )
         await calls.record_usage(state, writer, self.name, result.usage, call="plan")
-        return reconcile(result.parsed_json, question=state.normalized_question, previous_answer=state.previous_answer)
+        return reconcile(result.parsed, question=state.normalized_question, previous_answer=state.previous_answer)
 
 
-def reconcile(raw: dict[str, Any], *, question: str, previous_answer: str) -> tuple[OfflinePlan, list[str]]:
-    """A schema-valid model plan made consistent with the routes; also the names of the fields that changed."""
-    intent = raw["intent"]
-    wants_retrieval = bool(raw["should_retrieve"])
-    sentence = " ".join(str(raw["followup_instruction"]).split())[:_MAX_INSTRUCTION_CHARS]
+def reconcile(raw: PlanOutput, *, question: str, previous_answer: str) -> tuple[OfflinePlan, list[str]]:
+    """The model's plan made consistent with the routes; also the names of the fields that changed."""
+    intent: str = raw.intent
+    wants_retrieval = raw.should_retrieve
+    sentence = " ".join(raw.followup_instruction.split())[:_MAX_INSTRUCTION_CHARS]
     adjusted: list[str] = []
     if intent == CONVERSATION_FOLLOWUP and not previous_answer.strip():
         # Nothing to transform: answer it as a question of its own.

@@ -16,6 +16,7 @@ from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
 from rag.llm.errors import InvalidLLMOutput
+from rag.llm.structured import StructuredOutput, output_schema
 from rag.llm_nodes import calls
 from rag.llm_nodes.prompts import QUERY_REWRITER, QUERY_VARIATION
 from rag.offline.queries import MAX_QUERIES, build_queries
@@ -29,13 +30,16 @@ OPTIONAL_INPUTS = ("followup_instruction",)  # see response_synth.OPTIONAL_INPUT
 OUTPUTS = ("search_query", "queries", "loops")
 
 STRATEGIES = ("synonyms", "broader", "narrower", "decompose", "translate")
-# No minItems/maxItems: strict structured output on some servers refuses them; the count is checked here.
-VARIATION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"queries": {"type": "array", "items": {"type": "string"}}},
-    "required": ["queries"],
-    "additionalProperties": False,
-}
+
+
+class VariationOutput(StructuredOutput):
+    """New search queries for a retry. No minItems/maxItems (a length bound on the list): strict structured output
+    on some servers refuses them; the count is checked here."""
+
+    queries: list[str]
+
+
+VARIATION_SCHEMA = output_schema(VariationOutput)  # what the server is sent
 _MAX_QUERY_CHARS = 200
 _CITATION_RE = re.compile(r"\[\d{1,3}\]")
 
@@ -142,7 +146,7 @@ class QueryBuilder:
                 backend=state.backend,
                 node=NAME,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": base}],
-                json_schema=VARIATION_SCHEMA,
+                output=VariationOutput,
                 schema_name="query_variation",
                 total_timeout=self._timeout,
                 **calls.call_options(self._llm, snapshot, node=NAME),
@@ -150,7 +154,7 @@ class QueryBuilder:
             await calls.record_usage(state, writer, self.name, result.usage, call="vary")
             # "translate" writes in the other language: keep the model's script then, except Simplified.
             language = "" if strategy == "translate" else state.language
-            proposed = [_clean(q, language) for q in result.parsed_json["queries"] if isinstance(q, str)]
+            proposed = [_clean(q, language) for q in result.parsed.queries]
             proposed = [q for q in proposed if q]
             if not proposed:
                 raise InvalidLLMOutput("no usable query in the reply", text=result.text)

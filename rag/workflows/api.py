@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from concurrency.jsonio import JsonInputError, json_decode, json_error
 from rag.engine import WorkflowError
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
+from rag.provider import get_runtime
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.workflows import selectors, services
 from rag.workflows.access import staff_api
@@ -320,8 +321,6 @@ async def test_run(request: HttpRequest) -> HttpResponseBase:
         return json_error(400, "bad_graph", str(exc))
     except WorkflowDraft.DoesNotExist:
         return json_error(404, "not_found", f"no draft {draft_id}")
-
-    from rag.wiring import get_runtime
 
     runtime = get_runtime()
     # Building a dozen nodes for the trial compile is small but not free: off the loop.

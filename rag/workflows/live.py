@@ -28,10 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache, caches
+from django.db import close_old_connections
 
 from concurrency.worker_tasks import WorkerTask
 from rag.engine import WorkflowDefinition
+from rag.provider import RuntimeGetter, get_runtime
 from rag.runtime import BACKENDS, PipelineRuntime
+from rag.workflows import selectors
+from rag.workflows.graphs import graph_check
 
 __all__ = [
     "WorkflowSync",
@@ -54,7 +59,6 @@ DB_SAFETY_INTERVAL = 5.0
 
 def cache_is_shared() -> bool:
     """Whether Django's default cache is seen by every worker (a process-local one carries no news across)."""
-    from django.core.cache import caches
 
     backend = type(caches["default"]).__name__
     return backend not in ("LocMemCache", "DummyCache")
@@ -62,7 +66,6 @@ def cache_is_shared() -> bool:
 
 def workflow_generation_bump() -> None:
     """After a publish or unpublish has committed: tell every worker, and wake this one's task now."""
-    from django.core.cache import cache
 
     try:
         cache.add(GENERATION_KEY, 0, timeout=None)
@@ -81,10 +84,6 @@ class _Read:
 
 def _read(*, shared_cache: bool, known_generation: Any, known_signature: Any, db_due: bool) -> _Read:
     """On the sync's own thread: what changed since the last check, reading as little as possible."""
-    from django.core.cache import cache
-    from django.db import close_old_connections
-
-    from rag.workflows.selectors import workflow_published, workflow_published_signature
 
     generation = None
     if shared_cache:
@@ -96,10 +95,10 @@ def _read(*, shared_cache: bool, known_generation: Any, known_signature: Any, db
             return _Read(generation, None, None)
     close_old_connections()
     try:
-        signature = workflow_published_signature()
+        signature = selectors.workflow_published_signature()
         if signature == known_signature:
             return _Read(generation, signature, None)
-        return _Read(generation, signature, workflow_published())
+        return _Read(generation, signature, selectors.workflow_published())
     finally:
         # CONN_MAX_AGE = 0 under ASGI: this thread is not a request, so nothing else would close its connection.
         close_old_connections()
@@ -111,15 +110,11 @@ class WorkflowSync:
     def __init__(
         self,
         *,
-        runtime_getter: Callable[[], PipelineRuntime] | None = None,
+        runtime_getter: RuntimeGetter | None = None,
         interval: float = CHECK_INTERVAL,
         shared_cache: bool | None = None,
     ) -> None:
-        if runtime_getter is None:
-            from rag.wiring import get_runtime
-
-            runtime_getter = get_runtime
-        self._runtime_getter = runtime_getter
+        self._runtime_getter = runtime_getter or get_runtime
         self.interval = interval
         self.shared_cache = cache_is_shared() if shared_cache is None else shared_cache
         self.loaded = asyncio.Event()
@@ -206,7 +201,6 @@ class WorkflowSync:
 
     def load_blocking(self) -> bool:
         """Read and apply what is published, on the calling thread (start-up, before the loop serves anyone)."""
-        from django.db import close_old_connections
 
         runtime = self._runtime_getter()
         try:
@@ -222,7 +216,6 @@ class WorkflowSync:
         return switched
 
     def _changes(self, runtime: PipelineRuntime, published: dict[str, Any]) -> list[_Change]:
-        from rag.workflows.graphs import graph_check
 
         # A runtime this sync has not seen yet (the first check, or one rebuilt by reset_runtime) runs the default.
         current = self.applied if runtime is self._runtime else {}

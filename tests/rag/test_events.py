@@ -108,7 +108,7 @@ async def test_other_events_and_the_terminal_keep_the_order_of_the_emits() -> No
     await writer.status("synth", "end")
     await writer.answer("synth", " three")
     await writer.answer("synth", " four")
-    writer.finish({"ok": True})
+    writer.finish({"cached": False})
     events = drain(channel)
     assert [(e["channel"], e.get("delta", e["stage"])) for e in events] == [
         ("answer", "one"),

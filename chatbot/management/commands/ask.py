@@ -33,10 +33,11 @@ from chatbot.routing import sse_path_for_backend
 from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open, pending_records
 from chatbot.summaries import pending_summaries
 from rag.events import TERMINAL_CHANNELS, Event
+from rag.provider import provide_runtime
 from rag.runtime import BACKENDS
 from rag.server_address import ServerAddress, server_address
 from rag.server_address import server_answers as address_answers
-from rag.wiring import reset_runtime
+from rag.wiring import get_runtime, reset_runtime
 
 PROBE_TIMEOUT = 0.5
 
@@ -198,6 +199,7 @@ class Command(BaseCommand):
         renderer.answered_by = f"the server at {base_url}" if via == "server" else "this process"
         terminal: Event | None = None
         if via == "local":
+            provide_runtime(get_runtime)  # the exchange runs on this process's own runtime, built at the question
             try:
                 terminal = asyncio.run(_ask_in_process(ask, renderer))
             finally:

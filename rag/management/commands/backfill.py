@@ -30,6 +30,7 @@ from rag.documents.models import BackfillJob, Job, JobStatus
 from rag.documents.services import backfill_job_create
 from rag.retrieval.embedding import Embedder, bind_embedder_loop
 from rag.retrieval.store import VectorStore
+from rag.wiring import build_embedder, build_llm_backend, check_embedding_settings, configure_concurrency_manager
 
 NO_LLM = (
     "No LLM is configured here (LLM_BASE_URL is empty) and no running server's job runner answers to run the "
@@ -61,8 +62,6 @@ class Command(BaseCommand):
         if not settings.LLM_BASE_URL:
             self._through_the_server(limit=limit, no_wait=options["no_wait"])
             return
-        from rag.wiring import check_embedding_settings
-
         try:
             check_embedding_settings()
         except ImproperlyConfigured as exc:
@@ -72,6 +71,7 @@ class Command(BaseCommand):
             out=self.stdout,
             create=lambda: backfill_job_create(limit=limit, created_from="command"),
             execute=_execute,
+            on_loop=configure_concurrency_manager,
             no_wait=options["no_wait"],
         )
         if job is not None:
@@ -106,8 +106,6 @@ class Command(BaseCommand):
 
 
 async def _execute(job: Job, store: VectorStore, stop: threading.Event) -> None:
-    from rag.wiring import build_embedder, build_llm_backend
-
     assert isinstance(job, BackfillJob)
     llm = build_llm_backend()
     embedder: Embedder = await in_thread(build_embedder, llm)  # a local model loads from disk: off the loop

@@ -30,6 +30,7 @@ from rag.documents.sources import FORMATS
 from rag.retrieval.embedding import Embedder, bind_embedder_loop
 from rag.retrieval.loaders import ATTACHMENT_REASON
 from rag.retrieval.store import VectorStore
+from rag.wiring import build_embedder, check_embedding_settings, configure_concurrency_manager
 
 LOCKED_HELP = (
     "The embedded vector store at {path} is held by another process, most likely the running server "
@@ -58,8 +59,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from rag.wiring import check_embedding_settings
-
         try:
             # a bad embedder choice (a missing model folder...) is reported before any job is created
             check_embedding_settings()
@@ -89,6 +88,7 @@ class Command(BaseCommand):
             out=self.stdout,
             create=create,
             execute=_execute,
+            on_loop=configure_concurrency_manager,
             no_wait=options["no_wait"],
             before_create=before_create,
         )
@@ -133,8 +133,6 @@ class Command(BaseCommand):
 
 
 async def _execute(job: Job, store: VectorStore, stop: threading.Event) -> None:
-    from rag.wiring import build_embedder
-
     assert isinstance(job, IndexJob)
     embedder: Embedder = await in_thread(build_embedder)  # a local model loads from disk: off the loop
     # the indexing thread's embedding calls run on this loop, under its concurrency manager

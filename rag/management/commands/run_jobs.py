@@ -15,12 +15,15 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from rag.documents.runner import job_runner_start, job_runner_stop
+from rag.provider import provide_runtime
+from rag.wiring import get_runtime
 
 
 class Command(BaseCommand):
     help = "Run index and backfill jobs in this process until SIGTERM or Ctrl-C."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        provide_runtime(get_runtime)  # the jobs run on the pipeline runtime's store and clients
         asyncio.run(self._serve())
         self.stdout.write("job runner stopped")
 

@@ -50,8 +50,10 @@ async def main() -> None:
 
     django.setup()
     from rag.documents.runner import JobContext, JobRunner, runtime_job_context
+    from rag.provider import provide_runtime
     from rag.wiring import get_runtime
 
+    provide_runtime(get_runtime)  # assembled as the server is (chatbot.asgi): the job runner serves this runtime
     runtime = get_runtime()
     await asyncio.to_thread(runtime.preload)  # opens the store, as the server does at start-up
     if os.environ.get("INITIAL_INDEX"):

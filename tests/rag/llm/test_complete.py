@@ -1,14 +1,25 @@
-"""Non-streaming completions with JSON-schema output, end to end against the simulator."""
+"""Non-streaming completions with structured (pydantic-model) output, end to end against the simulator."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
+from pydantic import Field
 
 from concurrency.simulator.testing import SimulatorProcess
-from rag.llm import InvalidLLMOutput
+from rag.llm import InvalidLLMOutput, StructuredOutput
 from rag.llm.backends import ChatBackend
 from tests.rag.llm.conftest import USER, BackendFactory
 
+
+class Plan(StructuredOutput):
+    intent: Literal["simple_faq", "form_download", "out_of_scope"]
+    should_retrieve: bool
+    queries: list[str] = Field(min_length=1, max_length=3)
+
+
+# The schema the server is sent for Plan, as it was written by hand before the output became a model.
 PLAN_SCHEMA = {
     "type": "object",
     "properties": {
@@ -22,15 +33,15 @@ PLAN_SCHEMA = {
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
-async def test_json_schema_output_is_parsed_and_validated(
+async def test_structured_output_is_parsed_into_its_model(
     api: ChatBackend, make_backend: BackendFactory, sim: SimulatorProcess
 ) -> None:
     messages = [{"role": "system", "content": "Plan the answer."}, {"role": "user", "content": "form download"}]
-    result = await make_backend().complete(backend=api, node="planner", messages=messages, json_schema=PLAN_SCHEMA)
+    result = await make_backend().complete(backend=api, node="planner", messages=messages, output=Plan)
 
-    assert result.parsed_json["intent"] == "form_download"  # the simulator picks the enum value it was asked about
-    assert isinstance(result.parsed_json["should_retrieve"], bool)
-    assert len(result.parsed_json["queries"]) == 1
+    assert isinstance(result.parsed, Plan)
+    assert result.parsed.intent == "form_download"  # the simulator picks the enum value it was asked about
+    assert len(result.parsed.queries) == 1
     assert result.usage.output_tokens > 0 and result.usage.input_tokens > 0
     (request,) = await sim.arequests()
     body = request["body"]
@@ -47,18 +58,18 @@ async def test_json_schema_output_is_parsed_and_validated(
         assert body["instructions"] == "Plan the answer."
 
 
-async def test_plain_completion_has_no_parsed_json(make_backend: BackendFactory) -> None:
+async def test_plain_completion_has_no_parsed_output(make_backend: BackendFactory) -> None:
     result = await make_backend().complete(backend="chat", node="n", messages=USER)
-    assert result.text.startswith("Summary:") and result.parsed_json is None
+    assert result.text.startswith("Summary:") and result.parsed is None
 
 
 async def test_output_the_schema_cannot_accept_raises_invalid_llm_output(make_backend: BackendFactory) -> None:
     # No number is >= 10 and <= 5: whatever the server produces, the check must catch it rather than pass it on.
-    impossible = {
-        "type": "object",
-        "properties": {"n": {"type": "integer", "minimum": 10, "maximum": 5}},
-        "required": ["n"],
-    }
-    with pytest.raises(InvalidLLMOutput, match=r"\$\.n: .* (below the minimum 10|above the maximum 5)") as info:
-        await make_backend().complete(backend="chat", node="planner", messages=USER, json_schema=impossible)
+    class Impossible(StructuredOutput):
+        n: int = Field(ge=10, le=5)
+
+    with pytest.raises(
+        InvalidLLMOutput, match=r"\$\.n: Input should be (greater|less) than or equal to (10|5)"
+    ) as info:
+        await make_backend().complete(backend="chat", node="planner", messages=USER, output=Impossible)
     assert info.value.text  # the raw output is kept for debugging

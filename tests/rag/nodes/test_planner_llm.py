@@ -67,8 +67,11 @@ async def test_valid_json_plan_comes_from_the_llm(
     ("reply", "why"),
     [
         ("I think this is a simple FAQ question.", "not valid JSON"),
-        (json.dumps({"intent": "weather", "should_retrieve": True, "followup_instruction": ""}), "is not one of"),
-        (json.dumps({"intent": "simple_faq"}), "missing required property"),
+        (
+            json.dumps({"intent": "weather", "should_retrieve": True, "followup_instruction": ""}),
+            "$.intent: Input should be",
+        ),
+        (json.dumps({"intent": "simple_faq"}), "$.should_retrieve: Field required"),
     ],
 )
 async def test_invalid_output_falls_back_to_the_rules_and_says_why(
