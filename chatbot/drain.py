@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
@@ -122,11 +123,13 @@ def _busy() -> bool:
     return any(not task.done() for task in _transports) or bool(stream_registry().running())
 
 
-async def _while_busy(seconds: float, hurry: asyncio.Event | None = None) -> None:
-    """Return when no transport or answer of this worker runs, `seconds` passed, or `hurry` was set."""
-    deadline = time.monotonic() + seconds
+async def _while_busy(
+    seconds: float, hurry: asyncio.Event | None = None, *, clock: Callable[[], float] = time.monotonic
+) -> None:
+    """Return when no transport or answer of this worker runs, `seconds` passed by `clock`, or `hurry` was set."""
+    deadline = clock() + seconds
     while _busy() and not (hurry is not None and hurry.is_set()):
-        left = deadline - time.monotonic()
+        left = deadline - clock()
         if left <= 0:
             return
         ended = [asyncio.ensure_future(stream.ended()) for stream in stream_registry().running()]
@@ -140,22 +143,23 @@ async def _while_busy(seconds: float, hurry: asyncio.Event | None = None) -> Non
                 future.cancel()
 
 
-async def drain(window_seconds: float) -> DrainReport:
-    """Drain this worker (see the module's docstring); returns once nothing it served is left running."""
-    started = time.monotonic()
+async def drain(window_seconds: float, *, clock: Callable[[], float] = time.monotonic) -> DrainReport:
+    """Drain this worker (see the module's docstring); returns once nothing it served is left running. The window
+    and the report's seconds are measured by `clock` (tests pass one they move)."""
+    started = clock()
     lifecycle.start_drain(window_seconds)
     hurry = _state.hurry = _state.hurry or asyncio.Event()
     live_at_start = len(stream_registry().running())
     logger.warning(
         "draining: %d answers running, new asks refused, up to %.1f s for them to finish", live_at_start, window_seconds
     )
-    await _while_busy(window_seconds, hurry)
+    await _while_busy(window_seconds, hurry, clock=clock)
 
     _state.window_closed = True
     running = stream_registry().running()
     for stream in running:
         stream.interrupt(UNAVAILABLE, INTERRUPTED_MESSAGE, **interrupt_payload())
-    await _while_busy(INTERRUPT_GRACE_SECONDS)
+    await _while_busy(INTERRUPT_GRACE_SECONDS, clock=clock)
 
     leftover = [task for task in _transports if not task.done()]
     for task in leftover:
@@ -168,7 +172,7 @@ async def drain(window_seconds: float) -> DrainReport:
     await exchange_recorder().aclose()  # the recording thread's kept connection
 
     report = DrainReport(
-        seconds=time.monotonic() - started,
+        seconds=clock() - started,
         finished=max(0, live_at_start - len(running)),
         interrupted=len(running),
         cancelled=len(leftover),

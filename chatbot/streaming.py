@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 
 from chatbot.clientaddr import client_origin_var
 from chatbot.logcontext import conversation_id_var, request_id_var
@@ -26,6 +25,7 @@ from chatbot.summaries import summary_settled, summary_write_later
 from concurrency.jsonio import JsonInputError, json_check
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.provider import get_runtime
+from rag.questions import question_too_long
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.state import Turn
 
@@ -78,9 +78,8 @@ def ask_input_parse(payload: Any, *, backend: str | None, client_id: str) -> Ask
         raise BadRequest(f"'question' must be a string, not {type(question).__name__}")
     if not question.strip():
         raise BadRequest("'question' is empty")
-    limit = settings.RAG_MAX_QUESTION_CHARS
-    if len(question) > limit:
-        raise BadRequest(f"'question' is {len(question)} characters long; the limit is {limit}")
+    if too_long := question_too_long(question):
+        raise BadRequest(too_long)
     conversation_id = payload.get("conversation_id") or ""
     if not isinstance(conversation_id, str):
         raise BadRequest(f"'conversation_id' must be a string, not {type(conversation_id).__name__}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from concurrency.context import request_scope
+from concurrency.errors import BusyError
 from rag.engine import CompiledGraph, GraphCache, NodeRegistry, WorkflowDefinition, compile_workflow
 from rag.errors import PipelineAbort
 from rag.events import Coalescing, Event, EventChannel, StreamWriter, Summary
@@ -45,9 +46,8 @@ class AskRequest:
 def _error_code_of(exc: BaseException) -> tuple[str, str, float | None]:
     if isinstance(exc, PipelineAbort):
         return exc.code, exc.message, exc.retry_after
-    # The concurrency manager's BusyError is duck-typed so rag does not depend on its module layout.
-    if type(exc).__name__ == "BusyError":
-        return "busy", str(exc), float(getattr(exc, "retry_after", 1.0) or 1.0)
+    if isinstance(exc, BusyError):
+        return "busy", str(exc), exc.retry_after
     if isinstance(exc, TimeoutError):
         return "timeout", str(exc) or "the request took too long", None
     return "internal", f"internal error ({type(exc).__name__})", None

@@ -70,6 +70,37 @@ class Source:
     download_url: str = ""
     snippet: str = ""  # the start of the cited passage, shown as its preview
 
+    @classmethod
+    def from_chunk(cls, chunk: RetrievedChunk, *, ref: int, download_url: str = "") -> Source:
+        """The source numbered `ref` that cites `chunk`, previewed by the start of its passage."""
+        return cls(
+            ref=ref,
+            doc_id=chunk.doc_id,
+            title=chunk.title,
+            url=chunk.url,
+            chunk_id=chunk.chunk_id,
+            kind=chunk.kind,
+            form_id=chunk.form_id,
+            download_url=download_url,
+            snippet=passage_snippet(chunk.text),
+        )
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, ref: int) -> Source:
+        """A Source from its `as_dict()` form (a cached answer's); `ref` stands in when the entry has none, and
+        entries written by older versions may lack the optional keys."""
+        return cls(
+            ref=int(raw.get("ref") or ref),
+            doc_id=str(raw.get("doc_id", "")),
+            title=str(raw.get("title", "")),
+            url=str(raw.get("url", "")),
+            chunk_id=str(raw.get("chunk_id", "")),
+            kind=str(raw.get("kind", "article")),
+            form_id=str(raw.get("form_id", "")),
+            download_url=str(raw.get("download_url", "")),
+            snippet=str(raw.get("snippet", "")),
+        )
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ref": self.ref, "doc_id": self.doc_id, "title": self.title, "url": self.url}
         if self.snippet:

@@ -19,12 +19,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-
 from chatbot.openai_api.errors import ApiError, api_error
 from chatbot.services import HISTORY_TURNS
 from chatbot.streaming import AskInput
 from concurrency.jsonio import JsonInputError, json_decode
+from rag.questions import question_too_long
 from rag.runtime import BACKENDS
 from rag.state import Turn
 
@@ -138,9 +137,8 @@ def _conversation(messages: Any) -> tuple[str, tuple[Turn, ...]]:
     question = turns[-1].content
     if not question.strip():
         raise _bad("the last user message is empty", "messages")
-    limit = settings.RAG_MAX_QUESTION_CHARS
-    if len(question) > limit:
-        raise _bad(f"the last user message is {len(question)} characters long; the limit is {limit}", "messages")
+    if too_long := question_too_long(question, subject="the last user message"):
+        raise _bad(too_long, "messages")
     history = tuple(turn for turn in turns[:-1] if turn.content.strip())
     return question, history[-HISTORY_TURNS * 2 :]
 

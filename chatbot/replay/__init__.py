@@ -14,6 +14,7 @@ from django.conf import settings
 from chatbot.replay.live import LiveStream, ResumeRefused
 from chatbot.replay.redis_store import RedisStreamStore
 from chatbot.replay.registry import Resumption, StreamRegistry
+from concurrency.live.workers import redis_config
 
 __all__ = [
     "LiveStream",
@@ -27,24 +28,13 @@ __all__ = [
 _registry: StreamRegistry | None = None
 
 
-def _redis_prefix() -> str:
-    # The same prefix as the channel layer and the cache, so one Redis can serve several deployments.
-    prefix = getattr(settings, "REDIS_PREFIX", "") or ""
-    if not prefix:
-        layer = getattr(settings, "CHANNEL_LAYERS", {}).get("default", {})
-        prefix = layer.get("CONFIG", {}).get("prefix", "") or "helpcentre"
-    return prefix
-
-
 def _registry_from_settings(**overrides: float) -> StreamRegistry:
     retention = float(overrides.get("retention_seconds", getattr(settings, "CHAT_STREAM_RETENTION_SECONDS", 300.0)))
     max_events = int(overrides.get("max_events", getattr(settings, "CHAT_STREAM_MAX_EVENTS", 10_000)))
     max_streams = int(overrides.get("max_streams", getattr(settings, "CHAT_STREAM_MAX_STREAMS", 1_000)))
-    redis_url = getattr(settings, "REDIS_URL", "") or ""
+    redis_url, prefix = redis_config()  # the channel layer's prefix, so one Redis can serve several deployments
     store = (
-        RedisStreamStore(redis_url, _redis_prefix(), retention_seconds=retention, max_events=max_events)
-        if redis_url
-        else None
+        RedisStreamStore(redis_url, prefix, retention_seconds=retention, max_events=max_events) if redis_url else None
     )
     return StreamRegistry(retention_seconds=retention, max_events=max_events, max_streams=max_streams, store=store)
 

@@ -119,7 +119,9 @@ def worker_stats(*, queue_head: int = 5) -> dict[str, Any]:
 
 
 def redis_config() -> tuple[str, str]:
-    """(REDIS_URL, key prefix); the URL is empty when Redis is not configured."""
+    """(REDIS_URL, key prefix); the URL is empty when Redis is not configured. The prefix is REDIS_PREFIX, else the
+    channel layer's, so every Redis key of a deployment (streams, settings, workers, limits) shares one and one Redis
+    can serve several deployments."""
     prefix = getattr(settings, "REDIS_PREFIX", "") or ""
     if not prefix:
         layer = getattr(settings, "CHANNEL_LAYERS", {}).get("default", {})

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rag.offline.answers import form_download_url
 from rag.offline.terms import split_sentences
-from rag.state import Attachment, RetrievedChunk, Source, passage_snippet
+from rag.state import Attachment, RetrievedChunk, Source
 
 _CITATION_RE = re.compile(r"\[(\d{1,3})\]")
 PREVIOUS_ANSWER_ID = "previous-answer"
@@ -39,17 +39,7 @@ def number_sources(
                 continue
             download_url = form_download_url(chunk, forms_base_url) if chunk.kind == "form" else ""
             numbered = by_key[key] = NumberedSource(
-                Source(
-                    ref=len(by_key) + 1,
-                    doc_id=chunk.doc_id,
-                    title=chunk.title,
-                    url=chunk.url,
-                    chunk_id=chunk.chunk_id,
-                    kind=chunk.kind,
-                    form_id=chunk.form_id,
-                    download_url=download_url,
-                    snippet=passage_snippet(chunk.text),
-                ),
+                Source.from_chunk(chunk, ref=len(by_key) + 1, download_url=download_url),
                 form_file=chunk.form_file,
             )
         if chunk.text.strip() and sum(len(t) for t in numbered.texts) < max_chars:

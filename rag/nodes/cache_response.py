@@ -29,25 +29,10 @@ class CacheResponse:
     async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
         entry = state.cache_hit or {}
         answer = str(entry.get("answer") or "")
-        state.sources = [_source(raw, i) for i, raw in enumerate(entry.get("sources") or [], start=1)]
+        state.sources = [Source.from_dict(raw, ref=i) for i, raw in enumerate(entry.get("sources") or [], start=1)]
         state.answer = answer
         await stream_text(writer, self.name, answer, chunk_chars=self._chunk_chars)
         return None
-
-
-def _source(raw: dict[str, Any], position: int) -> Source:
-    """A Source from its `as_dict()` form; entries written by older versions may lack optional keys."""
-    return Source(
-        ref=int(raw.get("ref") or position),
-        doc_id=str(raw.get("doc_id", "")),
-        title=str(raw.get("title", "")),
-        url=str(raw.get("url", "")),
-        chunk_id=str(raw.get("chunk_id", "")),
-        kind=str(raw.get("kind", "article")),
-        form_id=str(raw.get("form_id", "")),
-        download_url=str(raw.get("download_url", "")),
-        snippet=str(raw.get("snippet", "")),
-    )
 
 
 def _build(deps: PipelineDeps, params: dict[str, Any]) -> CacheResponse:

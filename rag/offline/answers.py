@@ -16,7 +16,7 @@ from rag.offline.passages import Block, Sentence, announces_list, answer_sentenc
 from rag.offline.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
 from rag.offline.terms import query_terms, split_sentences, text_terms
 from rag.retrieval.chunking import ChunkingConfig
-from rag.state import Attachment, RetrievedChunk, Source, passage_snippet
+from rag.state import Attachment, RetrievedChunk, Source
 from rag.text.question_words import question_kind
 
 _TRAILING_PUNCT_RE = re.compile(r"[。！？!?.；;：:，,]+$")
@@ -78,19 +78,7 @@ class _SourceBook:
         ref = self._refs.get(key)
         if ref is None:
             ref = self._refs[key] = len(self.sources) + 1
-            self.sources.append(
-                Source(
-                    ref=ref,
-                    doc_id=chunk.doc_id,
-                    title=chunk.title,
-                    url=chunk.url,
-                    chunk_id=chunk.chunk_id,
-                    kind=chunk.kind,
-                    form_id=chunk.form_id,
-                    download_url=download_url,
-                    snippet=passage_snippet(chunk.text),
-                )
-            )
+            self.sources.append(Source.from_chunk(chunk, ref=ref, download_url=download_url))
         return ref
 
 

@@ -16,7 +16,6 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.cache import never_cache
@@ -26,6 +25,7 @@ from concurrency.jsonio import JsonInputError, json_decode, json_error
 from rag.engine import WorkflowError
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.provider import get_runtime
+from rag.questions import question_too_long
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.workflows import selectors, services
 from rag.workflows.access import staff_api
@@ -248,10 +248,8 @@ def _test_run_parse(payload: dict[str, Any]) -> tuple[str, str, Any, Any]:
     question = payload.get("question")
     if not isinstance(question, str) or not question.strip():
         raise BadRequest("'question' must be a non-empty string")
-    if len(question) > settings.RAG_MAX_QUESTION_CHARS:
-        raise BadRequest(
-            f"'question' is {len(question)} characters long; the limit is {settings.RAG_MAX_QUESTION_CHARS}"
-        )
+    if too_long := question_too_long(question):
+        raise BadRequest(too_long)
     backend = payload.get("backend") or "chat"
     if backend not in BACKENDS:
         raise BadRequest(f"'backend' must be one of {', '.join(BACKENDS)}, not {backend!r}")

@@ -8,14 +8,14 @@ The signal handling under daphne and the process's exit are tested with real dap
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
+from channels.testing import ApplicationCommunicator, WebsocketCommunicator
 
 from chatbot import drain, lifecycle, replay
 from chatbot.models import Message
-from rag.events import StreamWriter
+from rag.events import Event, StreamWriter
 from tests.chatbot.helpers import (
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
@@ -32,6 +32,7 @@ from tests.chatbot.helpers import (
     sse_until_answer_delta,
     ws_communicator,
 )
+from tests.fake_clock import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,17 +47,56 @@ def serving() -> Iterator[None]:
 
 
 @pytest.fixture
-def answer_deltas_apart(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    """Answer deltas `gap[0]` seconds apart (set by the test), so an answer is still streaming when it drains."""
-    gap = [0.02]
+def answers_held(monkeypatch: pytest.MonkeyPatch) -> Iterator[asyncio.Event]:
+    """Each answer's deltas after its first wait for this event (set by the test), so an answer is still streaming
+    when the worker drains."""
+    flowing = asyncio.Event()
+    started: set[str] = set()
     real_answer = StreamWriter.answer
 
     async def answer(self: StreamWriter, node: str, delta: str) -> None:
-        await asyncio.sleep(gap[0])
+        if self.request_id in started:
+            await flowing.wait()
+        started.add(self.request_id)
         await real_answer(self, node, delta)
 
     monkeypatch.setattr(StreamWriter, "answer", answer)
-    yield gap
+    yield flowing
+    flowing.set()  # whatever still waits ends
+
+
+def drain_started() -> asyncio.Event:
+    """Set once the drain has read its clock and started: its window runs from that reading."""
+    started = asyncio.Event()
+    lifecycle.on_drain(started.set)
+    return started
+
+
+async def two_answers_streaming() -> tuple[ApplicationCommunicator, bytes, WebsocketCommunicator, list[Event]]:
+    """An SSE answer and a WebSocket answer, each past its first answer delta: (SSE, its body so far, socket, its
+    events so far)."""
+    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, client_cookie()])
+    first = await sse_until_answer_delta(sse)
+    ws = ws_communicator(client_cookie())
+    assert (await ws.connect())[0]
+    await ws.send_json_to({"type": "ask", "question": QUESTION})
+    ws_events = [await ws.receive_json_from(timeout=FIRST_EVENT_TIMEOUT)]
+    while ws_events[-1]["channel"] != "answer":
+        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
+    return sse, first, ws, ws_events
+
+
+async def drained(
+    draining: asyncio.Future[drain.DrainReport],
+    sse: ApplicationCommunicator,
+    ws: WebsocketCommunicator,
+    ws_events: list[Event],
+) -> tuple[drain.DrainReport, bytes]:
+    """The drain's report and the SSE body's rest, once both answers have ended (`ws_events` then ends too)."""
+    report, sse_body = await asyncio.gather(asyncio.wait_for(draining, FIRST_EVENT_TIMEOUT), sse_rest(sse))
+    while ws_events[-1]["channel"] not in ("meta_summary", "error"):
+        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
+    return report, sse_body
 
 
 async def recorded(request_id: str) -> Message:
@@ -102,22 +142,17 @@ async def test_an_ask_on_an_open_websocket_gets_unavailable_then_the_close() -> 
 
 
 async def test_live_answers_finish_within_the_window_and_the_drain_ends_with_them(
-    answer_deltas_apart: list[float],
+    answers_held: asyncio.Event,
 ) -> None:
-    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, client_cookie()])
-    first = await sse_until_answer_delta(sse)
-    ws = ws_communicator(client_cookie())
-    assert (await ws.connect())[0]
-    await ws.send_json_to({"type": "ask", "question": QUESTION})
-    ws_events = [await ws.receive_json_from(timeout=FIRST_EVENT_TIMEOUT)]
-
-    started = time.monotonic()
-    report, sse_body = await asyncio.gather(drain.drain(30.0), sse_rest(sse))
-    while ws_events[-1]["channel"] not in ("meta_summary", "error"):
-        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
+    sse, first, ws, ws_events = await two_answers_streaming()
+    # The drain's clock never moves, so its window never closes: the drain can only end because the answers did.
+    draining = asyncio.ensure_future(drain.drain(30.0, clock=FakeClock()))
+    await drain_started().wait()
+    answers_held.set()
+    report, sse_body = await drained(draining, sse, ws, ws_events)
 
     # Both answers ran to their end, and the drain did not wait for the window once they had.
-    assert time.monotonic() - started < 10.0
+    assert report.seconds == 0.0
     assert (report.finished, report.interrupted, report.cancelled) == (2, 0, 0)
     sse_events = [event for _id, event in parse_sse(first + sse_body)]
     for events in (sse_events, ws_events):
@@ -130,25 +165,17 @@ async def test_live_answers_finish_within_the_window_and_the_drain_ends_with_the
 
 
 async def test_what_still_runs_when_the_window_closes_ends_with_unavailable_and_is_recorded(
-    answer_deltas_apart: list[float],
+    answers_held: asyncio.Event,
 ) -> None:
-    answer_deltas_apart[0] = 0.5  # far longer than the window
-    sse = await sse_start(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, client_cookie()])
-    first = await sse_until_answer_delta(sse)
-    ws = ws_communicator(client_cookie())
-    assert (await ws.connect())[0]
-    await ws.send_json_to({"type": "ask", "question": QUESTION})
-    ws_events = [await ws.receive_json_from(timeout=FIRST_EVENT_TIMEOUT)]
-    while ws_events[-1]["channel"] != "answer":
-        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
+    sse, first, ws, ws_events = await two_answers_streaming()
+    clock = FakeClock()
+    draining = asyncio.ensure_future(drain.drain(0.5, clock=clock))
+    await drain_started().wait()
+    assert not drain.window_closed()  # the answers are held: they are still running, and the drain waits
+    clock.advance(0.5)  # the window passes
+    report, sse_body = await drained(draining, sse, ws, ws_events)
 
-    started = time.monotonic()
-    report, sse_body = await asyncio.gather(drain.drain(0.5), sse_rest(sse))
-    elapsed = time.monotonic() - started
-    while ws_events[-1]["channel"] not in ("meta_summary", "error"):
-        ws_events.append(await ws.receive_json_from(timeout=EVENT_TIMEOUT))
-
-    assert 0.5 <= elapsed < 0.5 + 2.0
+    assert report.seconds == 0.5
     assert report.interrupted == 2
     sse_events = [event for _id, event in parse_sse(first + sse_body)]
     for events in (sse_events, ws_events):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from concurrency.errors import BusyError
 from rag.deps import PipelineDeps
+from rag.engine import NodeRegistry, NodeType, WorkflowDefinition
 from rag.nodes import build_registry
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.workflows.default import default_workflow
@@ -73,3 +75,23 @@ def test_the_event_wait_outlasts_an_llm_call_and_its_retries(settings) -> None:
     settings.LLM_RETRY_BUDGET_SECONDS = 20.0
     assert wiring.pipeline_idle_timeout() > settings.LLM_REQUEST_TIMEOUT > settings.LLM_RETRY_BUDGET_SECONDS
     assert wiring.call_policy_config_from_settings().retry_budget == 20.0
+
+
+async def test_a_busy_llm_ends_the_run_with_a_busy_error_and_its_retry_after() -> None:
+    class NoSlot:
+        async def run(self, state: object, writer: object) -> str | None:
+            raise BusyError("chat", "rejected", retry_after=7.0, in_progress=2, waiting=4, limit=2)
+
+    registry = NodeRegistry()
+    registry.register(NodeType("no_slot", {"en": "n", "zh-hant": "n"}, (), (), lambda d, p: NoSlot()))
+    runtime = PipelineRuntime(
+        registry=registry,
+        deps_factory=lambda: PipelineDeps(retriever=InMemoryRetriever()),
+        default_workflow=default_workflow(),
+    )
+    workflow = WorkflowDefinition.from_dict(
+        {"entry": "a", "nodes": [{"id": "a", "type": "no_slot"}], "edges": [{"source": "a", "target": "END"}]}
+    )
+    run = await runtime.start(AskRequest(question="How do I reset my password?"), workflow=workflow)
+    terminal = [event async for event in run.events()][-1]
+    assert (terminal["channel"], terminal["code"], terminal["retry_after"]) == ("error", "busy", 7.0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,12 +168,16 @@ def _shared_corpus(root: Path, names: list[str], marker: str = "") -> list[Docum
 def test_searches_during_a_reindex_see_the_old_or_the_new_index_never_a_mix(tmp_path: Path, engine: str) -> None:
     building = threading.Event()  # the new build is being written: set from inside it, by its embedder
     switching = threading.Event()  # the build is complete and the alias is about to move
+    searched = threading.Event()  # a search has finished
+    searched_during_build = threading.Event()  # five searches have run whole while the build was written
+    reindexed = threading.Event()  # the reindex has returned
+    searched_after = threading.Event()  # a search that started after the reindex returned has finished
     slow = CountingEmbedder()
     inner = slow.embed_documents
 
     def embed_slowly(texts: Any) -> list[list[float]]:
         building.set()
-        time.sleep(0.01)
+        searched_during_build.wait(timeout=10)  # the build stays half written while searches run
         return inner(texts)
 
     slow.embed_documents = embed_slowly  # type: ignore[method-assign]
@@ -202,20 +205,27 @@ def test_searches_during_a_reindex_see_the_old_or_the_new_index_never_a_mix(tmp_
             try:
                 while not done.is_set():
                     started_during = building.is_set() and not switching.is_set()
+                    started_after = reindexed.is_set()
                     hits = store.search(None, query, limit=100)
                     found = frozenset(h.payload["doc_id"] for h in hits)
                     seen.append(found)
+                    searched.set()
                     if started_during and not switching.is_set():
                         during_build.append(found)
+                        if len(during_build) >= 5:
+                            searched_during_build.set()
+                    if started_after:
+                        searched_after.set()
             except BaseException as exc:
                 errors.append(exc)
 
         searcher = threading.Thread(target=search)
         searcher.start()
         try:
-            time.sleep(0.05)
+            assert searched.wait(timeout=10)  # the old index was searched before the build began
             reindex(store, slow, embed=new_docs, copy=keep, batch_size=1)
-            time.sleep(0.05)
+            reindexed.set()
+            assert searched_after.wait(timeout=10)  # and the new one after the switch
         finally:
             done.set()
             searcher.join()

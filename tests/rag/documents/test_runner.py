@@ -108,13 +108,17 @@ async def test_stopping_the_runner_mid_job_cancels_it_and_keeps_the_live_index(
 async def test_a_runner_that_cannot_have_the_store_waits_without_claiming(configured: Path) -> None:
     from rag.retrieval.store import StoreLockedError
 
+    tried = asyncio.Event()
+
     async def locked() -> JobContext:
+        tried.set()
         raise StoreLockedError(configured / "qdrant")
 
     waiting = JobRunner(context_factory=locked, poll_interval=0.05, name="waiting:1")
     job = await sync_to_async(index_job_create)()
     task = asyncio.create_task(waiting.run())
-    await asyncio.sleep(0.3)
+    # Refused the store, the runner is back in its wait before it looks again (it raises and sleeps in one step).
+    await asyncio.wait_for(tried.wait(), 10)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await sync_to_async(job.refresh_from_db)()
@@ -125,13 +129,15 @@ async def test_the_middleware_starts_the_runner_once_and_stops_it_at_lifespan_sh
     monkeypatch: Any, settings: Any
 ) -> None:
     started: list[str] = []
+    running = asyncio.Event()
 
     class FakeRunner:
         name = "fake:1"
 
         async def run(self) -> None:
             started.append("run")
-            await asyncio.sleep(3600)
+            running.set()
+            await asyncio.Event().wait()  # until cancelled
 
     monkeypatch.setattr(runner_module, "JobRunner", FakeRunner)
     settings.RAG_JOB_RUNNER = True
@@ -144,7 +150,7 @@ async def test_the_middleware_starts_the_runner_once_and_stops_it_at_lifespan_sh
     try:
         await wrapped({"type": "http"}, receive_unused, send_unused)
         await wrapped({"type": "http"}, receive_unused, send_unused)
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(running.wait(), 10)
         assert isinstance(runner_module.job_runner_running(), FakeRunner) and started == ["run"]
 
         messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
@@ -170,7 +176,7 @@ async def test_the_runner_is_off_unless_enabled(monkeypatch: Any, settings: Any)
         name = "fake:1"
 
         async def run(self) -> None:
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # until cancelled
 
     monkeypatch.setattr(runner_module, "JobRunner", FakeRunner)
     settings.RAG_JOB_RUNNER = False

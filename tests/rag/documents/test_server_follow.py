@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -58,19 +57,25 @@ class Reader:
     def __init__(self, pipe: IO[bytes]) -> None:
         self.data = b""
         self._pipe = pipe
+        self._grown = threading.Condition()  # notified on each chunk, and at the end of the pipe
+        self._ended = False
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while chunk := os.read(self._pipe.fileno(), 4096):
-            self.data += chunk
+            with self._grown:
+                self.data += chunk
+                self._grown.notify_all()
+        with self._grown:
+            self._ended = True
+            self._grown.notify_all()
 
     def wait_for(self, text: str, within: float = 30.0) -> None:
-        deadline = time.monotonic() + within
-        while text.encode() not in self.data:
-            if time.monotonic() > deadline:
+        with self._grown:
+            self._grown.wait_for(lambda: text.encode() in self.data or self._ended, timeout=within)
+            if text.encode() not in self.data:
                 raise AssertionError(f"{text!r} not seen in {self.data.decode(errors='replace')!r}")
-            time.sleep(0.05)
 
     @property
     def text(self) -> str:

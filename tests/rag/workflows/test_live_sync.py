@@ -110,18 +110,24 @@ async def test_with_a_shared_cache_an_unchanged_generation_costs_no_database_rea
     assert node_ids(runtime, "chat") == list(LEAN_NODES)
 
 
-async def test_a_publish_in_this_process_wakes_the_task_at_once() -> None:
+async def test_a_publish_in_this_process_wakes_the_task_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = make_runtime()
-    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False, interval=30.0)
+    switched = asyncio.Event()
+    set_workflow = runtime.set_workflow
+
+    def set_and_tell(backend: str, definition: Any) -> None:
+        set_workflow(backend, definition)
+        switched.set()
+
+    monkeypatch.setattr(runtime, "set_workflow", set_and_tell)
+    # An hour between ticks: only the nudge can make the task check again within the test.
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False, interval=3600.0)
     live.workflow_sync_start(sync)
     try:
         await asyncio.wait_for(sync.loaded.wait(), 5)
         draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
         await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
-        for _ in range(100):  # well under the 30 s tick: only the nudge can have done it
-            if runtime.workflow_for("chat").name == "lean":
-                break
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(switched.wait(), 10)
         assert runtime.workflow_for("chat").name == "lean"
     finally:
         await live.workflow_sync_stop()

@@ -94,6 +94,10 @@ async def test_an_invalid_graph_is_a_400_with_its_problems(staff_async_client: A
     ("payload", "message"),
     [
         ({"graph": lean_graph(), "question": "  "}, "'question' must be a non-empty string"),
+        (
+            {"graph": lean_graph(), "question": "x" * 2001},
+            "'question' is 2001 characters long; the limit is 2000",
+        ),
         ({"graph": lean_graph(), "question": "hi", "backend": "fax"}, "'backend' must be one of"),
         ({"question": "hi"}, "either 'graph' or 'draft_id'"),
     ],
