@@ -120,6 +120,32 @@ def extractive_answer(
     written as sections gets every step, from `document` (that article's chunks, see `steps_to_fetch`) or, without
     it, from the chunks retrieved."""
     articles = answer_articles(question, chunks, language=language, max_chunks=max_chunks)
+    whole = _whole_procedure(question, chunks, articles, language=language, document=document)
+    if whole is not None:
+        return whole
+    candidates = _scored_sentences(question, articles)
+    chosen, chunk_best = _chosen_sentences(
+        candidates, articles, max_sentences=max_sentences, min_sentences=min_sentences
+    )
+    if not chosen:
+        return None
+    return _composed(chosen, chunk_best, articles, language)
+
+
+# (score, chunk index, position, sentence)
+_Candidate = tuple[float, int, int, Sentence]
+
+
+def _whole_procedure(
+    question: str,
+    chunks: list[RetrievedChunk],
+    articles: list[RetrievedChunk],
+    *,
+    language: str,
+    document: list[RetrievedChunk] | None,
+) -> ComposedAnswer | None:
+    """Every step of the procedure the question asks for, when the best passage belongs to one: written as step
+    sections (from `document`, or the chunks retrieved) or as a list inside a passage; None otherwise."""
     steps_doc = step_sections_doc(question, articles)
     if steps_doc:
         sections = [c for c in document or () if c.doc_id == steps_doc] or [c for c in chunks if c.doc_id == steps_doc]
@@ -127,10 +153,13 @@ def extractive_answer(
         if len(steps) > 1:
             return steps_answer(steps, language)
     procedure = find_procedure(question, articles)
-    if procedure is not None:
-        return procedure_answer(procedure, language)
+    return procedure_answer(procedure, language) if procedure is not None else None
+
+
+def _scored_sentences(question: str, articles: list[RetrievedChunk]) -> list[_Candidate]:
+    """Every sentence of the articles that shares a term with the question, scored, best first."""
     wanted = query_terms(question)
-    candidates: list[tuple[float, int, int, Sentence]] = []  # (score, chunk index, position, sentence)
+    candidates: list[_Candidate] = []
     for rank, chunk in enumerate(articles):
         # A chunk whose title or section names the question's words is about it; a passing mention is not. So is
         # a sentence under a heading inside the chunk (a merged section) that names them.
@@ -152,6 +181,13 @@ def extractive_answer(
         # it; the others only share the question's words
         candidates = [c for c in candidates if _AMOUNT_RE.search(c[3].text)] or candidates
     candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+    return candidates
+
+
+def _chosen_sentences(
+    candidates: list[_Candidate], articles: list[RetrievedChunk], *, max_sentences: int, min_sentences: int
+) -> tuple[dict[tuple[int, int], Sentence], dict[int, float]]:
+    """The sentences to give, by (chunk index, position), and each chunk's best score."""
     # Sentences far below the best one only share a common word ("密碼") with the question: leave them out.
     floor = candidates[0][0] * _RELATIVE_FLOOR if candidates else 0.0
     chosen: dict[tuple[int, int], Sentence] = {}
@@ -176,8 +212,16 @@ def extractive_answer(
                 seen_text.update(_item_sentences(line))
                 chosen[(lead, position)] = line
                 chunk_best.setdefault(lead, 0.0)
-    if not chosen:
-        return None
+    return chosen, chunk_best
+
+
+def _composed(
+    chosen: dict[tuple[int, int], Sentence],
+    chunk_best: dict[int, float],
+    articles: list[RetrievedChunk],
+    language: str,
+) -> ComposedAnswer:
+    """The chosen sentences in reading order, cited, with their sources."""
     # Reading order: the best chunk's sentences first, each chunk's sentences in their own order (steps stay
     # in sequence).
     order = sorted(chosen, key=lambda key: (-chunk_best[key[0]], key[0], key[1]))
