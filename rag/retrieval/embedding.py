@@ -229,17 +229,18 @@ class LexicalEmbedder:
         values = (weights[feature] * (1.0 + np.log(counts))).astype(np.float32)
         np.add.at(flat, owners * self._dim + buckets[feature], values)
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 matrix (len(texts), dim), rows L2-normalised (an empty text gives a zero row)."""
+    def encode(self, texts: Sequence[str], *, normalized: bool = False) -> np.ndarray:
+        """float32 matrix (len(texts), dim), rows L2-normalised (an empty text gives a zero row). `normalized`:
+        the texts are `rag.text.tokenize.normalize`'s already (the indexer's, shared with BM25)."""
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         if not texts:
             return out
-        normalized = [normalize(text) for text in texts]
+        normalized_texts = texts if normalized else [normalize(text) for text in texts]
         flat = out.reshape(-1)
         # uint64 multiplication wraps by design in the mix
         with np.errstate(over="ignore"):
-            self._add_cjk(flat, normalized)
-            self._add_latin(flat, normalized)
+            self._add_cjk(flat, normalized_texts)
+            self._add_latin(flat, normalized_texts)
         for vector in out:
             norm = float(np.linalg.norm(vector))
             if norm > 0:

@@ -31,6 +31,7 @@ from rag.retrieval.embedding import Embedder, LexicalEmbedder
 from rag.retrieval.markdown import Document
 from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder, SparseVector
 from rag.retrieval.store import Engine, IndexVersion, StorePoint, VectorStore
+from rag.text.tokenize import normalize
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ _POINT_NAMESPACE = uuid.UUID("6f1d3c55-6a0e-4a53-9f3e-2b8f0c9a4d71")
 _HEADING_SEPARATOR = ChunkingConfig().heading_separator
 
 Progress = Callable[[int, int], None]
+WRITE_POINTS = 1000  # points per store write (the database writes them in one transaction)
 
 
 class IndexCancelled(Exception):
@@ -138,7 +140,9 @@ class _SparseSide:
 
     def __init__(self, encoder: BM25Encoder, items: Sequence[_Item]) -> None:
         self.encoder = encoder
-        self.bags = encoder.term_bags([item.text for item in items])
+        # normalised once, for BM25 and for the offline embedder (`embed_batch`), which would each do it again
+        self.normalized = [normalize(item.text) for item in items]
+        self.bags = encoder.term_bags([item.text for item in items], normalized=self.normalized)
         self.languages = [item.language for item in items]
         self._weights = np.zeros(0)
 
@@ -176,17 +180,21 @@ def _write_items(
     batch_size: int,
     advance: Callable[[int], None],
 ) -> None:
-    """Embed the items batch by batch and write them with their sparse vectors; `advance(n)` after each."""
+    """Embed the items batch by batch and write them with their sparse vectors; `advance(n)` after each batch.
+    Points are written `WRITE_POINTS` at a time: a write's cost is mostly per statement and per commit."""
+    pending: list[StorePoint] = []
     for start in range(0, len(items), batch_size):
         batch = items[start : start + batch_size]
-        dense = embed_batch(embedder, [item.text for item in batch])
+        dense = embed_batch(embedder, [item.text for item in batch], sparse.normalized[start : start + batch_size])
         vectors = sparse.vectors(start, start + len(batch))
-        points = [
+        pending += [
             StorePoint(point_id=item.point_id, dense=vector, sparse=bm25, payload=item.payload)
             for item, vector, bm25 in zip(batch, dense, vectors, strict=True)
         ]
-        store.upsert(collection, points)
-        advance(len(points))
+        if len(pending) >= WRITE_POINTS or start + batch_size >= len(items):
+            store.upsert(collection, pending)
+            pending = []
+        advance(len(batch))
 
 
 def _build_metadata(
@@ -271,13 +279,16 @@ def build_index(
     return IndexReport(len(documents), len(chunks), seconds, collection, replaced, avgdl)
 
 
-def embed_batch(embedder: Embedder, texts: Sequence[str]) -> Sequence[Sequence[float]] | np.ndarray:
+def embed_batch(
+    embedder: Embedder, texts: Sequence[str], normalized: Sequence[str] | None = None
+) -> Sequence[Sequence[float]] | np.ndarray:
     """`embedder.embed_documents(texts)`, checked: one vector per text, each of the embedder's dimension (a wrong
-    answer must fail the build, not be written into it)."""
+    answer must fail the build, not be written into it). `normalized`: the texts through `normalize`, which the
+    offline embedder then does not do again."""
     vectors: Sequence[Sequence[float]] | np.ndarray
     if isinstance(embedder, LexicalEmbedder) and type(embedder).embed_documents is LexicalEmbedder.embed_documents:
         # the offline embedder's float32 matrix as it is: a list of Python floats per row would be converted back
-        vectors = embedder.encode(texts)
+        vectors = embedder.encode(texts) if normalized is None else embedder.encode(normalized, normalized=True)
     else:
         vectors = embedder.embed_documents(texts)
     if len(vectors) != len(texts):

@@ -87,13 +87,19 @@ class BM25Encoder:
         self.params = params or BM25Params()
         self._tokens = tokens
 
-    def term_bags(self, texts: Sequence[str], *, batch: int = 2000) -> TermBags:
+    def term_bags(
+        self, texts: Sequence[str], *, normalized: Sequence[str] | None = None, batch: int = 2000
+    ) -> TermBags:
         """Every text's term counts at once, as `term_counts` gives them one by one (vectorised for the default
-        tokens, `batch` texts at a time to bound the arrays' memory)."""
+        tokens, `batch` texts at a time to bound the arrays' memory). `normalized`: the texts through
+        `rag.text.tokenize.normalize`, when the caller has them."""
         if self._tokens is not _default_tokens:
             return _bags_of([self.term_counts(text) for text in texts])
         ids = WordIds(_ids, token_id)
-        return TermBags.concatenate([term_bags(texts[i : i + batch], ids) for i in range(0, len(texts), batch)])
+        given = normalized is not None
+        source = normalized if normalized is not None else texts
+        parts = [term_bags(source[i : i + batch], ids, normalized=given) for i in range(0, len(source), batch)]
+        return TermBags.concatenate(parts)
 
     def document_weights(self, bags: TermBags, avgdl: np.ndarray) -> np.ndarray:
         """BM25 weights of every (text, term) of `bags`, float64, with each text's avgdl: the numbers

@@ -89,14 +89,15 @@ def _in_ranges(points: np.ndarray, ranges: Sequence[tuple[int, int]]) -> np.ndar
     return found
 
 
-def term_bags(texts: Sequence[str], ids_of: WordIds) -> TermBags:
+def term_bags(texts: Sequence[str], ids_of: WordIds, *, normalized: bool = False) -> TermBags:
     """The distinct token ids of each text and their counts (`token_bag(text, bigrams=True,
-    drop_stopwords=True, joins=True)`, each token's id as `ids_of` gives it for Latin words and joins)."""
-    normalized = [normalize(text) for text in texts]
+    drop_stopwords=True, joins=True)`, each token's id as `ids_of` gives it for Latin words and joins).
+    `normalized`: the texts are `normalize`'s already."""
+    normalized_texts = texts if normalized else [normalize(text) for text in texts]
     # one newline after each text: neither CJK nor part of a word, so no token spans two texts
-    joined = "\n".join([*normalized, ""])
+    joined = "\n".join([*normalized_texts, ""])
     points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    rows = np.repeat(np.arange(len(texts), dtype=np.int64), [len(text) + 1 for text in normalized])
+    rows = np.repeat(np.arange(len(texts), dtype=np.int64), [len(text) + 1 for text in normalized_texts])
     cjk = _in_ranges(points, CJK_RANGES)
     pair = cjk[:-1] & cjk[1:]
     owners = [rows[cjk], rows[:-1][pair]]
