@@ -14,6 +14,7 @@ live points as extra searchable text.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 # point ids are UUIDs derived from chunk ids: rebuilding the same corpus gives the same ids
 _POINT_NAMESPACE = uuid.UUID("6f1d3c55-6a0e-4a53-9f3e-2b8f0c9a4d71")
+_NAMESPACE_BYTES = _POINT_NAMESPACE.bytes
 _HEADING_SEPARATOR = ChunkingConfig().heading_separator
 
 Progress = Callable[[int, int], None]
@@ -59,7 +61,12 @@ class IndexReport:
 
 
 def point_id(chunk_id: str) -> str:
-    return str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))
+    """`str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))`, without building a `UUID` (a third of the cost per chunk)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + chunk_id.encode("utf-8"), usedforsecurity=False).digest())
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    hexed = digest[:16].hex()
+    return f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
 
 
 def chunk_context(chunk: Chunk) -> str:
