@@ -21,18 +21,23 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from rag.retrieval.build_writer import (
+    BuildItem,
+    BuildSteps,
+    IndexCancelled,
+    Progress,
+    SparseSide,
+    embed_batch,
+    write_items,
+)
 from rag.retrieval.chunking import Chunk, ChunkingConfig, _same_words, chunk_document
-from rag.retrieval.embedding import Embedder, LexicalEmbedder
+from rag.retrieval.embedding import Embedder
 from rag.retrieval.markdown import Document
-from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder, SparseVector
+from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder
 from rag.retrieval.store import Engine, IndexVersion, StorePoint, VectorStore
-from rag.text.tokenize import normalize
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +46,6 @@ SCHEMA_VERSION = 1
 _POINT_NAMESPACE = uuid.UUID("6f1d3c55-6a0e-4a53-9f3e-2b8f0c9a4d71")
 _NAMESPACE_BYTES = _POINT_NAMESPACE.bytes
 _HEADING_SEPARATOR = ChunkingConfig().heading_separator
-
-Progress = Callable[[int, int], None]
-WRITE_POINTS = 1000  # points per store write (the database writes them in one transaction)
-
-
-class IndexCancelled(Exception):
-    """The build was stopped on request before its switch; it was dropped and the live index is untouched."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,82 +126,6 @@ def _bm25_metadata(encoder: BM25Encoder, avgdl: float, avgdl_by_language: Mappin
     }
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
-    """One point a build embeds: its id, payload and the text its vectors are made from."""
-
-    point_id: str
-    payload: dict[str, Any]
-    text: str
-
-    @property
-    def language(self) -> str:
-        return str(self.payload.get("language", ""))
-
-
-class _SparseSide:
-    """The BM25 vectors of a build's items, made for all of them at once (`BM25Encoder.term_bags`), handed out
-    batch by batch."""
-
-    def __init__(self, encoder: BM25Encoder, items: Sequence[_Item]) -> None:
-        self.encoder = encoder
-        # normalised once, for BM25 and for the offline embedder (`embed_batch`), which would each do it again
-        self.normalized = [normalize(item.text) for item in items]
-        self.bags = encoder.term_bags([item.text for item in items], normalized=self.normalized)
-        self.languages = [item.language for item in items]
-        self._weights = np.zeros(0)
-
-    def average(self) -> float:
-        """`BM25Encoder.average_length` of every item."""
-        return int(self.bags.lengths.sum()) / len(self.bags) if len(self.bags) else 0.0
-
-    def averages(self) -> dict[str, float]:
-        # length normalisation per language: a CJK chunk has about twice as many tokens (unigrams + bigrams) as an
-        # English one of the same size, and one shared avgdl would make a number or a product name score twice as
-        # high in English chunks as in Chinese ones
-        return self.encoder.average_lengths(self.bags, self.languages)
-
-    def weigh(self, avgdl_by_language: Mapping[str, float], fallback: float) -> None:
-        """Compute every weight, each item with its language's avgdl (`fallback` for a language without one)."""
-        per_item = np.array([avgdl_by_language.get(language, fallback) for language in self.languages], dtype=float)
-        self._weights = self.encoder.document_weights(self.bags, per_item)
-
-    def vectors(self, start: int, stop: int) -> list[SparseVector]:
-        """The sparse vectors of items `start` to `stop` (after `weigh`)."""
-        offsets = self.bags.offsets[start : stop + 1]
-        low, high = int(offsets[0]), int(offsets[-1])
-        ids, weights = self.bags.ids[low:high].tolist(), self._weights[low:high].tolist()
-        bounds = (offsets - low).tolist()
-        return [SparseVector(ids[a:b], weights[a:b]) for a, b in pairwise(bounds)]
-
-
-def _write_items(
-    store: VectorStore,
-    collection: str,
-    embedder: Embedder,
-    items: Sequence[_Item],
-    sparse: _SparseSide,
-    *,
-    batch_size: int,
-    advance: Callable[[int], None],
-) -> None:
-    """Embed the items batch by batch and write them with their sparse vectors; `advance(n)` after each batch.
-    Points are written `WRITE_POINTS` at a time: a write's cost is mostly per statement and per commit."""
-    pending: list[StorePoint] = []
-    for start in range(0, len(items), batch_size):
-        batch = items[start : start + batch_size]
-        dense = embed_batch(embedder, [item.text for item in batch], sparse.normalized[start : start + batch_size])
-        vectors = sparse.vectors(start, start + len(batch))
-        pending += [
-            StorePoint(point_id=item.point_id, dense=vector, sparse=bm25, payload=item.payload)
-            for item, vector, bm25 in zip(batch, dense, vectors, strict=True)
-        ]
-        if len(pending) >= WRITE_POINTS or start + batch_size >= len(items):
-            store.upsert(collection, pending)
-            pending = []
-        advance(len(batch))
-
-
 def _build_metadata(
     embedder: Embedder,
     encoder: BM25Encoder,
@@ -258,21 +180,23 @@ def build_index(
     chunks = chunk_documents(documents, config)
     sources = {document.doc_id: document.source_path for document in documents}
     items = [
-        _Item(point_id(chunk.chunk_id), chunk_payload(chunk, source=sources.get(chunk.doc_id, "")), chunk.embed_text)
+        BuildItem(
+            point_id(chunk.chunk_id), chunk_payload(chunk, source=sources.get(chunk.doc_id, "")), chunk.embed_text
+        )
         for chunk in chunks
     ]
-    sparse = _SparseSide(encoder, items)
+    sparse = SparseSide(encoder, items)
     avgdl, avgdl_by_language = sparse.average(), sparse.averages()
     sparse.weigh(avgdl_by_language, avgdl)
     metadata = _build_metadata(
         embedder, encoder, avgdl, avgdl_by_language, documents=len(documents), chunks=len(chunks)
     )
     collection = store.create_build(dim=embedder.dim, metadata=metadata)
-    steps = _Steps(len(items), progress, None)
+    steps = BuildSteps(len(items), progress, None)
     replaced = _write_and_switch(
         store,
         collection,
-        lambda: _write_items(store, collection, embedder, items, sparse, batch_size=batch_size, advance=steps.advance),
+        lambda: write_items(store, collection, embedder, items, sparse, batch_size=batch_size, advance=steps.advance),
     )
     seconds = time.perf_counter() - started
     logger.info(
@@ -284,26 +208,6 @@ def build_index(
         replaced,
     )
     return IndexReport(len(documents), len(chunks), seconds, collection, replaced, avgdl)
-
-
-def embed_batch(
-    embedder: Embedder, texts: Sequence[str], normalized: Sequence[str] | None = None
-) -> Sequence[Sequence[float]] | np.ndarray:
-    """`embedder.embed_documents(texts)`, checked: one vector per text, each of the embedder's dimension (a wrong
-    answer must fail the build, not be written into it). `normalized`: the texts through `normalize`, which the
-    offline embedder then does not do again."""
-    vectors: Sequence[Sequence[float]] | np.ndarray
-    if isinstance(embedder, LexicalEmbedder) and type(embedder).embed_documents is LexicalEmbedder.embed_documents:
-        # the offline embedder's float32 matrix as it is: a list of Python floats per row would be converted back
-        vectors = embedder.encode(texts) if normalized is None else embedder.encode(normalized, normalized=True)
-    else:
-        vectors = embedder.embed_documents(texts)
-    if len(vectors) != len(texts):
-        raise ValueError(f"embedder {embedder.name} returned {len(vectors)} vectors for {len(texts)} texts")
-    for vector in vectors:
-        if len(vector) != embedder.dim:
-            raise ValueError(f"embedder {embedder.name} returned {len(vector)} dimensions, not {embedder.dim}")
-    return vectors
 
 
 def _drop_quietly(store: VectorStore, collection: str) -> None:
@@ -474,9 +378,9 @@ def reindex(
     chunks = chunk_documents(embed, config)
     scan = _scan_live(store, plan, new_chunk_ids={chunk.chunk_id for chunk in chunks})
     # re-encoded points first, then new chunks: the order they are written in
-    items = [_Item(point, payload, stored_embed_text(payload)) for point, payload in scan.reencoded]
+    items = [BuildItem(point, payload, stored_embed_text(payload)) for point, payload in scan.reencoded]
     items += _new_items(chunks, {document.doc_id: document.source_path for document in embed}, scan.described)
-    sparse = _SparseSide(encoder, items)
+    sparse = SparseSide(encoder, items)
     avgdl, avgdl_by_language = _reindex_lengths(sparse, plan)
     sparse.weigh(avgdl_by_language, avgdl)
     copied = scan.copied
@@ -488,12 +392,12 @@ def reindex(
     changed = (scan.live_doc_ids | plan.embed_ids) - plan.copy_ids
     version = _next_version(plan.live, plan.live_metadata, copied, changed=changed)
     collection = store.create_build(dim=embedder.dim, metadata=metadata, version=version)
-    steps = _Steps(total, progress, should_stop)
+    steps = BuildSteps(total, progress, should_stop)
 
     def write() -> None:
         steps.advance(0)
         _copy_points(store, plan, collection, batch_size=batch_size, advance=steps.advance)
-        _write_items(store, collection, embedder, items, sparse, batch_size=batch_size, advance=steps.advance)
+        write_items(store, collection, embedder, items, sparse, batch_size=batch_size, advance=steps.advance)
         if steps.stopped() or (confirm_switch is not None and not confirm_switch()):
             raise IndexCancelled("the build was cancelled")
 
@@ -588,9 +492,9 @@ def _scan_live(store: VectorStore, plan: _ReindexPlan, *, new_chunk_ids: set[str
     return scan
 
 
-def _new_items(chunks: Sequence[Chunk], sources: Mapping[str, str], described: Mapping[str, Any]) -> list[_Item]:
+def _new_items(chunks: Sequence[Chunk], sources: Mapping[str, str], described: Mapping[str, Any]) -> list[BuildItem]:
     """The items of newly chunked documents, with the descriptions of their unchanged chunks carried over."""
-    items: list[_Item] = []
+    items: list[BuildItem] = []
     for chunk in chunks:
         payload = chunk_payload(chunk, source=sources.get(chunk.doc_id, ""))
         previous = described.get(chunk.chunk_id)
@@ -601,11 +505,11 @@ def _new_items(chunks: Sequence[Chunk], sources: Mapping[str, str], described: M
         ):
             for key in ("description_zh", "description_en", "described_at"):
                 payload[key] = previous.get(key, "")
-        items.append(_Item(point_id(chunk.chunk_id), payload, stored_embed_text(payload)))
+        items.append(BuildItem(point_id(chunk.chunk_id), payload, stored_embed_text(payload)))
     return items
 
 
-def _reindex_lengths(sparse: _SparseSide, plan: _ReindexPlan) -> tuple[float, dict[str, float]]:
+def _reindex_lengths(sparse: SparseSide, plan: _ReindexPlan) -> tuple[float, dict[str, float]]:
     """(avgdl, avgdl by language) of the new build. Copied points keep their sparse vectors, so when a build
     copies, new points use the live build's lengths to be comparable (the fresh ones only for new languages)."""
     fresh = sparse.averages()
@@ -613,24 +517,6 @@ def _reindex_lengths(sparse: _SparseSide, plan: _ReindexPlan) -> tuple[float, di
         return sparse.average(), fresh
     old_bm25 = plan.live_metadata.get("bm25") or {}
     return float(old_bm25.get("avgdl") or sparse.average()), {**fresh, **(old_bm25.get("avgdl_by_language") or {})}
-
-
-class _Steps:
-    """Progress of a build, and its cancellation asked between batches."""
-
-    def __init__(self, total: int, progress: Progress | None, should_stop: Callable[[], bool] | None) -> None:
-        self.total, self.done = total, 0
-        self._progress, self._should_stop = progress, should_stop
-
-    def stopped(self) -> bool:
-        return self._should_stop is not None and self._should_stop()
-
-    def advance(self, count: int) -> None:
-        self.done += count
-        if self._progress is not None:
-            self._progress(self.done, self.total)
-        if self.stopped():
-            raise IndexCancelled("the build was cancelled")
 
 
 def _copy_points(
@@ -651,7 +537,7 @@ def _copy_points(
     advance(len(batch))
 
 
-def _record_items(items: Sequence[_Item], scan: _LiveScan) -> None:
+def _record_items(items: Sequence[BuildItem], scan: _LiveScan) -> None:
     """Add the written items to the bookkeeping of the scan (chunks and fields by document), chunks in order."""
     for item in items:
         doc_id = str(item.payload.get("doc_id"))
