@@ -71,6 +71,7 @@ def text_units(text: str) -> int:
 class _Section:
     path: tuple[str, ...]
     lines: list[str]
+    units: int = 0  # text_units(body), once _merge_tiny counted them
 
     @property
     def body(self) -> str:
@@ -138,9 +139,10 @@ def _is_cjk_edge(char: str) -> bool:
     return bool(re.match(rf"[{_CJK}\u3000-\u303f\uff00-\uffef]", char))
 
 
-def split_long(text: str, config: ChunkingConfig) -> list[str]:
-    """Split text above `max_units` at paragraph, then sentence boundaries; pieces aim at `target_units`."""
-    if text_units(text) <= config.max_units:
+def split_long(text: str, config: ChunkingConfig, *, size: int | None = None) -> list[str]:
+    """Split text above `max_units` at paragraph, then sentence boundaries; pieces aim at `target_units`.
+    `size`: `text_units(text)`, when the caller knows it."""
+    if (text_units(text) if size is None else size) <= config.max_units:
         return [text]
     # units: paragraphs that fit, else their sentences; each unit is (text, size, starts_paragraph)
     units: list[tuple[str, int, bool]] = []
@@ -218,11 +220,13 @@ def _same_words(a: str, b: str) -> bool:
     return _PUNCT_RE.sub("", a).lower() == _PUNCT_RE.sub("", b).lower()
 
 
-def _merge_tiny(sections: list[_Section], config: ChunkingConfig) -> list[tuple[tuple[str, ...], str]]:
-    """Groups of sections as (heading path, text); a tiny section joins its neighbour up to `target_units`."""
+def _merge_tiny(sections: list[_Section], config: ChunkingConfig) -> list[tuple[tuple[str, ...], str, int]]:
+    """Groups of sections as (heading path, text, its units); a tiny section joins its neighbour up to
+    `target_units`."""
     groups: list[tuple[list[_Section], int]] = []
     for section in sections:
-        size = text_units(section.body) + text_units(section.path[-1] if section.path else "")
+        section.units = text_units(section.body)
+        size = section.units + text_units(section.path[-1] if section.path else "")
         if groups:
             members, total = groups[-1]
             if (total < config.min_units or size < config.min_units) and total + size <= config.target_units:
@@ -230,12 +234,14 @@ def _merge_tiny(sections: list[_Section], config: ChunkingConfig) -> list[tuple[
                 groups[-1] = (members, total + size)
                 continue
         groups.append(([section], size))
-    out: list[tuple[tuple[str, ...], str]] = []
+    out: list[tuple[tuple[str, ...], str, int]] = []
     for members, _ in groups:
         prefix = _common_prefix([m.path for m in members])
         # headings below the shared path stay in the text as lines, so a merged section keeps its words
         emitted: set[tuple[str, ...]] = set()
         parts: list[str] = []
+        # the text's units, line by line: no unit spans a line break, so they add up
+        units = 0
         for member in members:
             lines = []
             for depth in range(len(prefix), len(member.path)):
@@ -243,15 +249,17 @@ def _merge_tiny(sections: list[_Section], config: ChunkingConfig) -> list[tuple[
                 if key not in emitted:
                     emitted.add(key)
                     lines.append(member.path[depth])
+                    units += text_units(member.path[depth])
             if member.body:
                 lines.append(member.body)
+                units += member.units
             if lines:
                 parts.append("\n".join(lines))
         text = "\n\n".join(parts).strip()
         if text:
             # cite the section that carries most of the text; the others' headings are lines in the text
-            main = max(members, key=lambda m: text_units(m.body))
-            out.append((main.path, text))
+            main = max(members, key=lambda m: m.units) if len(members) > 1 else members[0]
+            out.append((main.path, text, units))
     return out
 
 
@@ -259,14 +267,14 @@ def chunk_document(document: Document, config: ChunkingConfig | None = None) -> 
     """The document's chunks in reading order, ordinals from 0."""
     config = config or ChunkingConfig()
     chunks: list[Chunk] = []
-    for path, text in _merge_tiny(split_sections(document.text), config):
+    for path, text, units in _merge_tiny(split_sections(document.text), config):
         heading = config.heading_separator.join(path)
         # the title gives every chunk its article's topic, unless the first heading already says it
         context_parts = list(path)
         if not context_parts or not _same_words(context_parts[0], document.title):
             context_parts.insert(0, document.title)
         context = config.heading_separator.join(context_parts)
-        for piece in split_long(text, config):
+        for piece in split_long(text, config, size=units):
             ordinal = len(chunks)
             chunks.append(
                 Chunk(

@@ -9,7 +9,8 @@ So any number of workers, on one machine or several, and any command, share one 
 Vectors are stored as bytes (float32 dense, int32 sparse indices, float32 sparse weights, little-endian) and
 read back with `numpy.frombuffer`, so loading 10,000 points is one query and no per-number Python object.
 Writes go in batches of `WRITE_BATCH` rows per transaction, so a long build never holds SQLite's write lock for
-more than a moment (chat answers are recorded meanwhile). Blocking: call it from a thread.
+more than a moment (chat answers are recorded meanwhile); PostgreSQL receives each batch with one `COPY`.
+Blocking: call it from a thread.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rag.retrieval.backends import AliasOperation, BackendKind, CollectionNotFou
 from rag.retrieval.memory_index import DenseLoader, MemoryRecord, Postings
 from rag.retrieval.sparse import SparseVector
 
-WRITE_BATCH = 500
+WRITE_BATCH = 1000
 READ_BATCH = 2000
 _F32 = np.dtype("<f4")
 _I32 = np.dtype("<i4")
@@ -56,6 +57,21 @@ _INSERT_POINT = (
     f"INSERT INTO {IndexPoint._meta.db_table} ({', '.join(_POINT_COLUMNS)}) "
     f"VALUES ({', '.join(['%s'] * len(_POINT_COLUMNS))})"
 )
+
+
+_COPY_POINTS = f"COPY {IndexPoint._meta.db_table} ({', '.join(_POINT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+# PostgreSQL's types of `_POINT_COLUMNS`, which binary COPY needs told
+_COPY_TYPES = ("bigint", "varchar", "varchar", "varchar", "varchar", "text", "bytea", "bytea", "bytea")
+
+
+def copy_rows(connection: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert point rows on PostgreSQL with one binary `COPY`: the rows stream in one round trip, where
+    `executemany` takes one per row (6 s of a 20,000-chunk build), and bytea travels as bytes, not hex."""
+    connection.ensure_connection()
+    with connection.cursor() as cursor, cursor.cursor.copy(_COPY_POINTS) as copy:
+        copy.set_types(_COPY_TYPES)
+        for row in rows:
+            copy.write_row(row)
 
 
 def _point_row(build_id: int, point: StorePoint) -> tuple[Any, ...]:
@@ -156,12 +172,19 @@ class DatabaseBackend:
                     build=build, point_id__in=[p.point_id for p in batch]
                 )
                 existing.delete()
-                # one executemany instead of a model instance per row and Django's SQL per statement (bulk_create
-                # took 60 % of the write)
-                with connections[self.using].cursor() as cursor:
-                    cursor.executemany(_INSERT_POINT, rows)
+                self._insert(rows)
                 # replicas of this build reload when its revision moves
                 IndexBuild.objects.using(self.using).filter(pk=build.pk).update(revision=F("revision") + 1)
+
+    def _insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            copy_rows(connection, rows)
+            return
+        # one executemany instead of a model instance per row and Django's SQL per statement (bulk_create took 60 %
+        # of the write)
+        with connection.cursor() as cursor:
+            cursor.executemany(_INSERT_POINT, rows)
 
     def scroll(self, name: str, *, payload: bool | Sequence[str], vectors: bool) -> Iterator[StorePoint]:
         build = self._build(name)

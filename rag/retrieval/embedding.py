@@ -32,10 +32,15 @@ _U64 = np.uint64
 _MAX_FEATURES = 500_000
 
 
-def _runs(keys: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct (owner, key) pairs, sorted by owner then key, with how often each occurs."""
-    order = np.lexsort((keys, owners))
-    keys, owners = keys[order], owners[order]
+def _runs(keys: np.ndarray, owners: np.ndarray, *, key_bits: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (owner, key) pairs, sorted by owner then key, with how often each occurs. Keys of at most
+    `key_bits` bits, with owners that fit above them, are sorted packed in one integer (much faster than lexsort)."""
+    if key_bits + int(owners.max(initial=0)).bit_length() <= 64:
+        packed = np.sort((owners.astype(np.uint64) << _U64(key_bits)) | keys)
+        keys, owners = packed & _U64((1 << key_bits) - 1), (packed >> _U64(key_bits)).astype(owners.dtype)
+    else:
+        order = np.lexsort((keys, owners))
+        keys, owners = keys[order], owners[order]
     starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]) | (owners[1:] != owners[:-1])])
     counts = np.diff(np.r_[starts, len(keys)])
     return keys[starts], owners[starts], counts
@@ -195,7 +200,7 @@ class LexicalEmbedder:
                 key = (key << _U64(21)) | points[offset : width + offset]
             if not valid.any():
                 continue
-            keys, owners, counts = _runs(key[valid], rows[:width][valid])
+            keys, owners, counts = _runs(key[valid], rows[:width][valid], key_bits=21 * n)
             mixed = _mix(keys ^ _U64(_NGRAM_SALT ^ n))
             buckets = (mixed % _U64(self._dim)).astype(np.int64)
             signs = np.where((mixed >> _U64(63)) == 1, -1.0, 1.0)
@@ -229,21 +234,22 @@ class LexicalEmbedder:
         values = (weights[feature] * (1.0 + np.log(counts))).astype(np.float32)
         np.add.at(flat, owners * self._dim + buckets[feature], values)
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 matrix (len(texts), dim), rows L2-normalised (an empty text gives a zero row)."""
+    def encode(self, texts: Sequence[str], *, normalized: bool = False) -> np.ndarray:
+        """float32 matrix (len(texts), dim), rows L2-normalised (an empty text gives a zero row). `normalized`:
+        the texts are `rag.text.tokenize.normalize`'s already (the indexer's, shared with BM25)."""
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         if not texts:
             return out
-        normalized = [normalize(text) for text in texts]
+        normalized_texts = texts if normalized else [normalize(text) for text in texts]
         flat = out.reshape(-1)
         # uint64 multiplication wraps by design in the mix
         with np.errstate(over="ignore"):
-            self._add_cjk(flat, normalized)
-            self._add_latin(flat, normalized)
-        for vector in out:
-            norm = float(np.linalg.norm(vector))
-            if norm > 0:
-                vector /= norm
+            self._add_cjk(flat, normalized_texts)
+            self._add_latin(flat, normalized_texts)
+        # each row's norm as np.linalg.norm computes it for a vector (sqrt of its dot product with itself), then
+        # every row divided at once: the same float32 operations as row by row
+        norms = np.array([np.sqrt(vector.dot(vector)) for vector in out], dtype=np.float32)
+        np.divide(out, norms[:, None], out=out, where=norms[:, None] > 0)
         return out
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:

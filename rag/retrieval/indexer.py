@@ -14,20 +14,27 @@ live points as extra searchable text.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from rag.retrieval.build_writer import (
+    BuildItem,
+    BuildSteps,
+    IndexCancelled,
+    Progress,
+    SparseSide,
+    embed_batch,
+    write_items,
+)
 from rag.retrieval.chunking import Chunk, ChunkingConfig, _same_words, chunk_document
-from rag.retrieval.embedding import Embedder, LexicalEmbedder
+from rag.retrieval.embedding import Embedder
 from rag.retrieval.markdown import Document
 from rag.retrieval.sparse import TOKENIZER_NAME, BM25Encoder
 from rag.retrieval.store import Engine, IndexVersion, StorePoint, VectorStore
@@ -37,13 +44,8 @@ logger = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 # point ids are UUIDs derived from chunk ids: rebuilding the same corpus gives the same ids
 _POINT_NAMESPACE = uuid.UUID("6f1d3c55-6a0e-4a53-9f3e-2b8f0c9a4d71")
+_NAMESPACE_BYTES = _POINT_NAMESPACE.bytes
 _HEADING_SEPARATOR = ChunkingConfig().heading_separator
-
-Progress = Callable[[int, int], None]
-
-
-class IndexCancelled(Exception):
-    """The build was stopped on request before its switch; it was dropped and the live index is untouched."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,12 @@ class IndexReport:
 
 
 def point_id(chunk_id: str) -> str:
-    return str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))
+    """`str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))`, without building a `UUID` (a third of the cost per chunk)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + chunk_id.encode("utf-8"), usedforsecurity=False).digest())
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    hexed = digest[:16].hex()
+    return f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
 
 
 def chunk_context(chunk: Chunk) -> str:
@@ -119,16 +126,39 @@ def _bm25_metadata(encoder: BM25Encoder, avgdl: float, avgdl_by_language: Mappin
     }
 
 
-def _average_by_language(
-    encoder: BM25Encoder, languages: Sequence[str], counts: Sequence[Counter[int]]
-) -> dict[str, float]:
-    # length normalisation per language: a CJK chunk has about twice as many tokens (unigrams + bigrams) as an
-    # English one of the same size, and one shared avgdl would make a number or a product name score twice as
-    # high in English chunks as in Chinese ones
-    by_language: dict[str, list[Counter[int]]] = {}
-    for language, term_counts in zip(languages, counts, strict=True):
-        by_language.setdefault(language, []).append(term_counts)
-    return {language: encoder.average_length(group) for language, group in by_language.items()}
+def _build_metadata(
+    embedder: Embedder,
+    encoder: BM25Encoder,
+    avgdl: float,
+    avgdl_by_language: Mapping[str, float],
+    *,
+    documents: int,
+    chunks: int,
+) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "embedder": embedder.name,
+        "dim": embedder.dim,
+        "bm25": _bm25_metadata(encoder, avgdl, avgdl_by_language),
+        "documents": documents,
+        "chunks": chunks,
+        "built_at": datetime.now(UTC).isoformat(),
+    }
+
+
+def _write_and_switch(store: VectorStore, collection: str, write: Callable[[], None]) -> str | None:
+    """Fill the new build with `write()` and make it live; returns the build it replaced. A failure, or
+    `IndexCancelled` from `write`, drops the new build and leaves the live one as it was."""
+    try:
+        write()
+        return store.activate(collection)
+    except BaseException as exc:
+        if isinstance(exc, IndexCancelled):
+            logger.info("index build %s cancelled; dropping it", collection)
+        else:
+            logger.exception("index build %s failed; dropping it", collection)
+        _drop_quietly(store, collection)
+        raise
 
 
 def build_index(
@@ -149,40 +179,25 @@ def build_index(
     encoder = encoder or BM25Encoder()
     chunks = chunk_documents(documents, config)
     sources = {document.doc_id: document.source_path for document in documents}
-    counts = [encoder.term_counts(chunk.embed_text) for chunk in chunks]
-    avgdl = encoder.average_length(counts)
-    avgdl_by_language = _average_by_language(encoder, [chunk.language for chunk in chunks], counts)
-    metadata = {
-        "schema": SCHEMA_VERSION,
-        "embedder": embedder.name,
-        "dim": embedder.dim,
-        "bm25": _bm25_metadata(encoder, avgdl, avgdl_by_language),
-        "documents": len(documents),
-        "chunks": len(chunks),
-        "built_at": datetime.now(UTC).isoformat(),
-    }
+    items = [
+        BuildItem(
+            point_id(chunk.chunk_id), chunk_payload(chunk, source=sources.get(chunk.doc_id, "")), chunk.embed_text
+        )
+        for chunk in chunks
+    ]
+    sparse = SparseSide(encoder, items)
+    avgdl, avgdl_by_language = sparse.average(), sparse.averages()
+    sparse.weigh(avgdl_by_language, avgdl)
+    metadata = _build_metadata(
+        embedder, encoder, avgdl, avgdl_by_language, documents=len(documents), chunks=len(chunks)
+    )
     collection = store.create_build(dim=embedder.dim, metadata=metadata)
-    try:
-        for start in range(0, len(chunks), batch_size):
-            batch = chunks[start : start + batch_size]
-            dense = embed_batch(embedder, [chunk.embed_text for chunk in batch])
-            points = [
-                StorePoint(
-                    point_id=point_id(chunk.chunk_id),
-                    dense=vector,
-                    sparse=encoder.document_vector(term_counts, avgdl_by_language[chunk.language]),
-                    payload=chunk_payload(chunk, source=sources.get(chunk.doc_id, "")),
-                )
-                for chunk, vector, term_counts in zip(batch, dense, counts[start : start + batch_size], strict=True)
-            ]
-            store.upsert(collection, points)
-            if progress is not None:
-                progress(min(start + batch_size, len(chunks)), len(chunks))
-        replaced = store.activate(collection)
-    except BaseException:
-        logger.exception("index build %s failed; dropping it", collection)
-        _drop_quietly(store, collection)
-        raise
+    steps = BuildSteps(len(items), progress, None)
+    replaced = _write_and_switch(
+        store,
+        collection,
+        lambda: write_items(store, collection, embedder, items, sparse, batch_size=batch_size, advance=steps.advance),
+    )
     seconds = time.perf_counter() - started
     logger.info(
         "indexed %d documents into %d chunks in %.2fs as %s (replaced %s)",
@@ -193,23 +208,6 @@ def build_index(
         replaced,
     )
     return IndexReport(len(documents), len(chunks), seconds, collection, replaced, avgdl)
-
-
-def embed_batch(embedder: Embedder, texts: Sequence[str]) -> Sequence[Sequence[float]] | np.ndarray:
-    """`embedder.embed_documents(texts)`, checked: one vector per text, each of the embedder's dimension (a wrong
-    answer must fail the build, not be written into it)."""
-    vectors: Sequence[Sequence[float]] | np.ndarray
-    if isinstance(embedder, LexicalEmbedder) and type(embedder).embed_documents is LexicalEmbedder.embed_documents:
-        # the offline embedder's float32 matrix as it is: a list of Python floats per row would be converted back
-        vectors = embedder.encode(texts)
-    else:
-        vectors = embedder.embed_documents(texts)
-    if len(vectors) != len(texts):
-        raise ValueError(f"embedder {embedder.name} returned {len(vectors)} vectors for {len(texts)} texts")
-    for vector in vectors:
-        if len(vector) != embedder.dim:
-            raise ValueError(f"embedder {embedder.name} returned {len(vector)} dimensions, not {embedder.dim}")
-    return vectors
 
 
 def _drop_quietly(store: VectorStore, collection: str) -> None:
@@ -376,169 +374,177 @@ def reindex(
     """
     started = time.perf_counter()
     encoder = encoder or BM25Encoder()
-    copy_ids, reencode_ids = frozenset(copy), frozenset(reencode)
-    embed_ids = {document.doc_id for document in embed}
-    if len(embed_ids) != len(embed):
-        raise ValueError("a doc_id appears twice among the documents to embed")
-    if copy_ids & reencode_ids or embed_ids & (copy_ids | reencode_ids):
-        raise ValueError("each document is either embedded, copied or re-encoded")
-    live = store.live_collection()
-    live_metadata = store.metadata() if live is not None else {}
-    if copy_ids and not build_compatible(live_metadata, embedder, encoder):
-        raise ValueError("points can only be copied from a live build made in the same vector space")
+    plan = _ReindexPlan.make(store, embedder, encoder, embed=embed, copy=copy, reencode=reencode)
     chunks = chunk_documents(embed, config)
-    sources = {document.doc_id: document.source_path for document in embed}
+    scan = _scan_live(store, plan, new_chunk_ids={chunk.chunk_id for chunk in chunks})
+    # re-encoded points first, then new chunks: the order they are written in
+    items = [BuildItem(point, payload, stored_embed_text(payload)) for point, payload in scan.reencoded]
+    items += _new_items(chunks, {document.doc_id: document.source_path for document in embed}, scan.described)
+    sparse = SparseSide(encoder, items)
+    avgdl, avgdl_by_language = _reindex_lengths(sparse, plan)
+    sparse.weigh(avgdl_by_language, avgdl)
+    copied = scan.copied
+    total = copied + len(items)
+    if total == 0:
+        raise ValueError("nothing to index: the new index would be empty")
+    documents = len(set(scan.chunks_by_doc) | {str(item.payload.get("doc_id")) for item in items})
+    metadata = _build_metadata(embedder, encoder, avgdl, avgdl_by_language, documents=documents, chunks=total)
+    changed = (scan.live_doc_ids | plan.embed_ids) - plan.copy_ids
+    version = _next_version(plan.live, plan.live_metadata, copied, changed=changed)
+    collection = store.create_build(dim=embedder.dim, metadata=metadata, version=version)
+    steps = BuildSteps(total, progress, should_stop)
 
-    # One pass over the live payloads: the points to re-encode, the copied documents' chunks (for the
-    # bookkeeping), and descriptions of unchanged chunks of re-embedded documents, which are carried over.
-    stored: list[tuple[str, dict[str, Any]]] = []
-    chunks_by_doc: dict[str, list[IndexedChunk]] = {}
-    document_fields: dict[str, dict[str, Any]] = {}
-    described: dict[str, dict[str, Any]] = {}
-    live_doc_ids: set[str] = set()  # for the index version: which documents this build deletes
-    new_chunk_ids = {chunk.chunk_id for chunk in chunks}
-    if live is not None and (copy_ids or reencode_ids or new_chunk_ids):
-        for point in store.scroll(live):
-            payload = point.payload
-            doc_id = str(payload.get("doc_id", ""))
-            live_doc_ids.add(doc_id)
-            if doc_id in reencode_ids:
-                stored.append((point.point_id, payload))
-            elif doc_id in copy_ids:
-                chunks_by_doc.setdefault(doc_id, []).append(_indexed_chunk(point.point_id, payload))
-                document_fields.setdefault(doc_id, _document_fields(payload))
-            elif payload.get("chunk_id") in new_chunk_ids and payload.get("described_at"):
-                described[str(payload["chunk_id"])] = payload
-    copied_points = sum(len(found) for found in chunks_by_doc.values())
+    def write() -> None:
+        steps.advance(0)
+        _copy_points(store, plan, collection, batch_size=batch_size, advance=steps.advance)
+        write_items(store, collection, embedder, items, sparse, batch_size=batch_size, advance=steps.advance)
+        if steps.stopped() or (confirm_switch is not None and not confirm_switch()):
+            raise IndexCancelled("the build was cancelled")
 
-    new_payloads: list[dict[str, Any]] = []
-    new_texts: list[str] = []
+    replaced = _write_and_switch(store, collection, write)
+    _record_items(items, scan)
+    report = ReindexReport(
+        collection=collection,
+        replaced=replaced,
+        documents=documents,
+        chunks=total,
+        embedded=len(chunks),
+        reencoded=len(scan.reencoded),
+        copied=copied,
+        seconds=time.perf_counter() - started,
+        chunks_by_doc=scan.chunks_by_doc,
+        document_fields=scan.document_fields,
+    )
+    logger.info(
+        "reindexed into %s: %d documents, %d chunks (%d embedded, %d re-encoded, %d copied) in %.2fs, replaced %s",
+        *(report.collection, report.documents, report.chunks, report.embedded, report.reencoded, report.copied),
+        *(report.seconds, report.replaced),
+    )
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class _ReindexPlan:
+    """Which documents a reindex embeds, copies and re-encodes, checked, and the live build it starts from."""
+
+    embed_ids: frozenset[str]
+    copy_ids: frozenset[str]
+    reencode_ids: frozenset[str]
+    live: str | None
+    live_metadata: dict[str, Any]
+
+    @classmethod
+    def make(
+        cls,
+        store: VectorStore,
+        embedder: Embedder,
+        encoder: BM25Encoder,
+        *,
+        embed: Sequence[Document],
+        copy: Collection[str],
+        reencode: Collection[str],
+    ) -> _ReindexPlan:
+        copy_ids, reencode_ids = frozenset(copy), frozenset(reencode)
+        embed_ids = frozenset(document.doc_id for document in embed)
+        if len(embed_ids) != len(embed):
+            raise ValueError("a doc_id appears twice among the documents to embed")
+        if copy_ids & reencode_ids or embed_ids & (copy_ids | reencode_ids):
+            raise ValueError("each document is either embedded, copied or re-encoded")
+        live = store.live_collection()
+        live_metadata = store.metadata() if live is not None else {}
+        if copy_ids and not build_compatible(live_metadata, embedder, encoder):
+            raise ValueError("points can only be copied from a live build made in the same vector space")
+        return cls(embed_ids, copy_ids, reencode_ids, live, live_metadata)
+
+
+@dataclass(slots=True)
+class _LiveScan:
+    """What one pass over the live payloads found: the points to re-encode, the copied documents' chunks and
+    fields (for the bookkeeping), and the descriptions of re-embedded chunks, which are carried over."""
+
+    reencoded: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    chunks_by_doc: dict[str, list[IndexedChunk]] = field(default_factory=dict)
+    document_fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+    described: dict[str, dict[str, Any]] = field(default_factory=dict)
+    live_doc_ids: set[str] = field(default_factory=set)  # for the index version: which documents the build deletes
+
+    @property
+    def copied(self) -> int:
+        """Points of the copied documents (before the new items are recorded)."""
+        return sum(len(found) for found in self.chunks_by_doc.values())
+
+
+def _scan_live(store: VectorStore, plan: _ReindexPlan, *, new_chunk_ids: set[str]) -> _LiveScan:
+    scan = _LiveScan()
+    if plan.live is None or not (plan.copy_ids or plan.reencode_ids or new_chunk_ids):
+        return scan
+    for point in store.scroll(plan.live):
+        payload = point.payload
+        doc_id = str(payload.get("doc_id", ""))
+        scan.live_doc_ids.add(doc_id)
+        if doc_id in plan.reencode_ids:
+            scan.reencoded.append((point.point_id, payload))
+        elif doc_id in plan.copy_ids:
+            scan.chunks_by_doc.setdefault(doc_id, []).append(_indexed_chunk(point.point_id, payload))
+            scan.document_fields.setdefault(doc_id, _document_fields(payload))
+        elif payload.get("chunk_id") in new_chunk_ids and payload.get("described_at"):
+            scan.described[str(payload["chunk_id"])] = payload
+    return scan
+
+
+def _new_items(chunks: Sequence[Chunk], sources: Mapping[str, str], described: Mapping[str, Any]) -> list[BuildItem]:
+    """The items of newly chunked documents, with the descriptions of their unchanged chunks carried over."""
+    items: list[BuildItem] = []
     for chunk in chunks:
         payload = chunk_payload(chunk, source=sources.get(chunk.doc_id, ""))
         previous = described.get(chunk.chunk_id)
         if (
             previous is not None
             and previous.get("text") == chunk.text
-            and previous.get("content_hash") == (chunk.content_hash)
+            and previous.get("content_hash") == chunk.content_hash
         ):
             for key in ("description_zh", "description_en", "described_at"):
                 payload[key] = previous.get(key, "")
-        new_payloads.append(payload)
-        new_texts.append(stored_embed_text(payload))
-    # re-encoded points first, then new chunks: the order they are written in below
-    work = [
-        *((point, payload, stored_embed_text(payload)) for point, payload in stored),
-        *(
-            (point_id(str(payload["chunk_id"])), payload, text)
-            for payload, text in zip(new_payloads, new_texts, strict=True)
-        ),
-    ]
-    counts = [encoder.term_counts(text) for _, _, text in work]
-    fresh_avgdl = _average_by_language(encoder, [str(p.get("language", "")) for _, p, _ in work], counts)
-    if copy_ids:
-        # copied points keep their sparse vectors, so new ones must use the same lengths to be comparable
-        old_bm25 = live_metadata.get("bm25") or {}
-        avgdl_by_language = {**fresh_avgdl, **(old_bm25.get("avgdl_by_language") or {})}
-        avgdl = float(old_bm25.get("avgdl") or encoder.average_length(counts))
-    else:
-        avgdl_by_language = fresh_avgdl
-        avgdl = encoder.average_length(counts)
-    total = copied_points + len(stored) + len(chunks)
-    documents = len(set(chunks_by_doc) | {str(payload.get("doc_id")) for _, payload, _ in work})
-    metadata = {
-        "schema": SCHEMA_VERSION,
-        "embedder": embedder.name,
-        "dim": embedder.dim,
-        "bm25": _bm25_metadata(encoder, avgdl, avgdl_by_language),
-        "documents": documents,
-        "chunks": total,
-        "built_at": datetime.now(UTC).isoformat(),
-    }
-    if total == 0:
-        raise ValueError("nothing to index: the new index would be empty")
+        items.append(BuildItem(point_id(chunk.chunk_id), payload, stored_embed_text(payload)))
+    return items
 
-    done = 0
 
-    def advance(count: int) -> None:
-        nonlocal done
-        done += count
-        if progress is not None:
-            progress(done, total)
-        if should_stop is not None and should_stop():
-            raise IndexCancelled("the build was cancelled")
+def _reindex_lengths(sparse: SparseSide, plan: _ReindexPlan) -> tuple[float, dict[str, float]]:
+    """(avgdl, avgdl by language) of the new build. Copied points keep their sparse vectors, so when a build
+    copies, new points use the live build's lengths to be comparable (the fresh ones only for new languages)."""
+    fresh = sparse.averages()
+    if not plan.copy_ids:
+        return sparse.average(), fresh
+    old_bm25 = plan.live_metadata.get("bm25") or {}
+    return float(old_bm25.get("avgdl") or sparse.average()), {**fresh, **(old_bm25.get("avgdl_by_language") or {})}
 
-    version = _next_version(live, live_metadata, copied_points, changed=(live_doc_ids | embed_ids) - copy_ids)
-    collection = store.create_build(dim=embedder.dim, metadata=metadata, version=version)
-    try:
-        advance(0)
-        if copy_ids and live is not None:
-            batch: list[StorePoint] = []
-            for point in store.scroll(live, vectors=True):
-                if point.payload.get("doc_id") in copy_ids:
-                    batch.append(point)
-                if len(batch) >= batch_size:
-                    store.upsert(collection, batch)
-                    advance(len(batch))
-                    batch = []
+
+def _copy_points(
+    store: VectorStore, plan: _ReindexPlan, collection: str, *, batch_size: int, advance: Callable[[int], None]
+) -> None:
+    """Copy the live points of the copied documents, vectors and all, into the new build."""
+    if not plan.copy_ids or plan.live is None:
+        return
+    batch: list[StorePoint] = []
+    for point in store.scroll(plan.live, vectors=True):
+        if point.payload.get("doc_id") in plan.copy_ids:
+            batch.append(point)
+        if len(batch) >= batch_size:
             store.upsert(collection, batch)
             advance(len(batch))
-        for start in range(0, len(work), batch_size):
-            items = work[start : start + batch_size]
-            dense = embed_batch(embedder, [text for _, _, text in items])
-            points = [
-                StorePoint(
-                    point_id=point,
-                    dense=vector,
-                    sparse=encoder.document_vector(
-                        term_counts, avgdl_by_language.get(str(payload.get("language", "")), avgdl)
-                    ),
-                    payload=payload,
-                )
-                for (point, payload, _), vector, term_counts in zip(
-                    items, dense, counts[start : start + batch_size], strict=True
-                )
-            ]
-            store.upsert(collection, points)
-            advance(len(points))
-        if (should_stop is not None and should_stop()) or (confirm_switch is not None and not confirm_switch()):
-            raise IndexCancelled("the build was cancelled")
-        replaced = store.activate(collection)
-    except BaseException as exc:
-        if isinstance(exc, IndexCancelled):
-            logger.info("index build %s cancelled; dropping it", collection)
-        else:
-            logger.exception("index build %s failed; dropping it", collection)
-        _drop_quietly(store, collection)
-        raise
-    for point, payload, _ in work:
-        chunks_by_doc.setdefault(str(payload.get("doc_id")), []).append(_indexed_chunk(point, payload))
-        document_fields.setdefault(str(payload.get("doc_id")), _document_fields(payload))
-    for found in chunks_by_doc.values():
+            batch = []
+    store.upsert(collection, batch)
+    advance(len(batch))
+
+
+def _record_items(items: Sequence[BuildItem], scan: _LiveScan) -> None:
+    """Add the written items to the bookkeeping of the scan (chunks and fields by document), chunks in order."""
+    for item in items:
+        doc_id = str(item.payload.get("doc_id"))
+        scan.chunks_by_doc.setdefault(doc_id, []).append(_indexed_chunk(item.point_id, item.payload))
+        scan.document_fields.setdefault(doc_id, _document_fields(item.payload))
+    for found in scan.chunks_by_doc.values():
         found.sort(key=lambda chunk: chunk.ordinal)
-    seconds = time.perf_counter() - started
-    logger.info(
-        "reindexed into %s: %d documents, %d chunks (%d embedded, %d re-encoded, %d copied) in %.2fs, replaced %s",
-        collection,
-        documents,
-        total,
-        len(chunks),
-        len(stored),
-        copied_points,
-        seconds,
-        replaced,
-    )
-    return ReindexReport(
-        collection=collection,
-        replaced=replaced,
-        documents=documents,
-        chunks=total,
-        embedded=len(chunks),
-        reencoded=len(stored),
-        copied=copied_points,
-        seconds=seconds,
-        chunks_by_doc=chunks_by_doc,
-        document_fields=document_fields,
-    )
 
 
 def _next_version(

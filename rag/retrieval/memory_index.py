@@ -122,7 +122,9 @@ class MemoryIndex:
             [np.asarray(r.sparse.values, dtype=np.float32) for r in records] or [np.zeros(0, np.float32)]
         )
         rows = np.repeat(np.arange(len(records), dtype=np.int32), lengths)
-        order = np.argsort(tokens)
+        # each pair's position packed under its token: sorting the integers (SIMD in numpy) is the argsort
+        positions = np.arange(len(tokens), dtype=np.int64)
+        order = np.sort((tokens.astype(np.int64) << 32) | positions) & 0xFFFFFFFF
         tokens = tokens[order]
         self._rows, self._weights = rows[order], weights[order]
         first = np.ones(len(tokens), dtype=bool)

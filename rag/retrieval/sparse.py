@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rag.retrieval.term_counts import TermBags, WordIds, term_bags
 from rag.text.question_words import without_question_words
 from rag.text.tokenize import token_bag
 
@@ -61,6 +62,16 @@ def _sorted(weights: dict[int, float]) -> SparseVector:
     return SparseVector([i for i, _ in items], [w for _, w in items])
 
 
+def _bags_of(counts: Sequence[Counter[int]]) -> TermBags:
+    ids, tallies, offsets = [], [], [0]
+    for found in counts:
+        for token in sorted(found):
+            ids.append(token)
+            tallies.append(found[token])
+        offsets.append(len(ids))
+    return TermBags(np.array(ids, dtype=np.int64), np.array(tallies, dtype=np.int64), np.array(offsets, dtype=np.int64))
+
+
 @dataclass(frozen=True, slots=True)
 class BM25Params:
     k1: float = 1.2
@@ -76,6 +87,30 @@ class BM25Encoder:
         self.params = params or BM25Params()
         self._tokens = tokens
 
+    def term_bags(
+        self, texts: Sequence[str], *, normalized: Sequence[str] | None = None, batch: int = 2000
+    ) -> TermBags:
+        """Every text's term counts at once, as `term_counts` gives them one by one (vectorised for the default
+        tokens, `batch` texts at a time to bound the arrays' memory). `normalized`: the texts through
+        `rag.text.tokenize.normalize`, when the caller has them."""
+        if self._tokens is not _default_tokens:
+            return _bags_of([self.term_counts(text) for text in texts])
+        ids = WordIds(_ids, token_id)
+        given = normalized is not None
+        source = normalized if normalized is not None else texts
+        parts = [term_bags(source[i : i + batch], ids, normalized=given) for i in range(0, len(source), batch)]
+        return TermBags.concatenate(parts)
+
+    def document_weights(self, bags: TermBags, avgdl: np.ndarray) -> np.ndarray:
+        """BM25 weights of every (text, term) of `bags`, float64, with each text's avgdl: the numbers
+        `document_vector` gives text by text (the same IEEE operations on whole arrays)."""
+        k1, b = self.params.k1, self.params.b
+        lengths = bags.lengths.astype(np.float64)
+        safe = np.where(avgdl > 0, avgdl, 1.0)
+        norms = np.where(avgdl > 0, k1 * (1.0 - b + b * lengths / safe), k1)
+        tfs = bags.counts.astype(np.float64)
+        return tfs * (k1 + 1.0) / (tfs + norms[bags.owners])
+
     def term_counts(self, text: str) -> Counter[int]:
         tokens = self._tokens(text)
         # the ids looked up in C, once the tokens not seen before have theirs
@@ -85,6 +120,15 @@ class BM25Encoder:
             return Counter(map(_ids.__getitem__, tokens))
         except KeyError:  # another thread started the cache afresh meanwhile
             return Counter(map(token_id, tokens))
+
+    @staticmethod
+    def average_lengths(bags: TermBags, groups: Sequence[str]) -> dict[str, float]:
+        """`average_length` of the texts of each group (a language), `groups[i]` being text i's."""
+        lengths = bags.lengths.tolist()
+        totals: dict[str, list[int]] = {}
+        for group, length in zip(groups, lengths, strict=True):
+            totals.setdefault(group, []).append(length)
+        return {group: sum(found) / len(found) for group, found in totals.items()}
 
     @staticmethod
     def average_length(counts: Sequence[Counter[int]]) -> float:

@@ -12,8 +12,11 @@ import re
 import unicodedata
 
 # CJK Unified Ideographs (+ extension A, compatibility ideographs), kana, hangul.
-_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-_TOKEN_RE = re.compile(rf"[{_CJK}]+|[a-z0-9]+(?:[._'-][a-z0-9]+)*")
+CJK_RANGES = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x3040, 0x30FF), (0xAC00, 0xD7AF))
+_CJK = "".join(f"{chr(low)}-{chr(high)}" for low, high in CJK_RANGES)
+# a Latin word or number: letters and digits, with single . _ ' - inside ("e-mail", "3.5", "i'm")
+LATIN_WORD = r"[a-z0-9]+(?:[._'-][a-z0-9]+)*"
+_TOKEN_RE = re.compile(rf"[{_CJK}]+|{LATIN_WORD}")
 _CJK_RE = re.compile(rf"[{_CJK}]")
 
 EN_STOPWORDS = frozenset(

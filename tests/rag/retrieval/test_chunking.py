@@ -119,3 +119,19 @@ def test_an_unpunctuated_run_is_cut_hard_at_max_units() -> None:
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError):
         ChunkingConfig(target_units=600, max_units=500)
+
+
+def test_the_units_counted_line_by_line_are_those_of_each_merged_text() -> None:
+    from pathlib import Path
+
+    from rag.retrieval.chunking import _merge_tiny
+    from rag.retrieval.markdown import load_markdown_dir
+
+    corpus = Path(__file__).resolve().parents[3] / "rag" / "corpus" / "demo"
+    tricky = "# 標題 Title\n\n短。\n\n## 小節 A-1\n\ntext 文字\n### 更深\n\n" + "長句子 long words 123。" * 80
+    texts = [document.text for document in load_markdown_dir(corpus)] + [tricky]
+    for config in (ChunkingConfig(), ChunkingConfig(target_units=60, max_units=80, min_units=30)):
+        groups = [group for text in texts for group in _merge_tiny(split_sections(text), config)]
+        assert len(groups) > len(texts)  # some documents have several groups
+        for _, text, units in groups:
+            assert units == text_units(text)

@@ -106,3 +106,10 @@ def test_latin_features_are_added_as_one_by_one() -> None:
         expected = _reference_latin(embedder, text)
         norm = float(np.linalg.norm(expected))
         assert np.array_equal(embedder.encode([text])[0], expected / norm if norm else expected)
+
+
+def test_texts_normalised_by_the_caller_give_the_same_vectors() -> None:
+    embedder = LexicalEmbedder(dim=64)
+    texts = [*TEXTS, "ＡＰＰ登入 3次失敗 I'm locked out", "課程代碼A-1234（線上）"]
+    given = embedder.encode([normalize(text) for text in texts], normalized=True)
+    assert np.array_equal(given, embedder.encode(texts))

@@ -278,3 +278,12 @@ def test_reopening_keeps_the_index(
 def test_unknown_mode_is_rejected(indexed_store: VectorStore) -> None:
     with pytest.raises(ValueError, match="mode must be one of"):
         indexed_store.search(None, ENCODER.encode_query("x"), limit=3, mode="magic")  # type: ignore[arg-type]
+
+
+def test_point_ids_are_uuid5_of_the_chunk_ids() -> None:
+    import uuid
+
+    from rag.retrieval.indexer import _POINT_NAMESPACE
+
+    for chunk_id in ("synthetic/000001#0", "中文/文件#12", "", "x" * 500):
+        assert point_id(chunk_id) == str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))
