@@ -141,18 +141,18 @@ class PipelineRun:
                     await self.graph.run(state, writer, observer=observer)
         except asyncio.CancelledError:
             writer.fail(self._cancel_code, self._cancel_reason or "the request was cancelled", **self._cancel_payload)
-            self.finished = time.monotonic()
-            if telemetry is not None:
-                telemetry.finish(state)
             raise
         except BaseException as exc:
             code, message, retry_after = _error_code_of(exc)
             if code == "internal":
                 logger.exception("pipeline run %s failed", state.request_id)
             state.fail(code, message, retry_after=retry_after)
-        self.finished = time.monotonic()
-        if telemetry is not None:
-            telemetry.finish(state)  # idempotent: the telemetry node may have finished it already
+        finally:
+            # The one place a run's trace is finished: answered, failed and cancelled runs all pass here, before
+            # the terminal event (so the exchange records whether its trace went out).
+            self.finished = time.monotonic()
+            if telemetry is not None:
+                telemetry.finish(state)
         if state.error is not None:
             extra: dict[str, Any] = (
                 {"retry_after": state.error.retry_after} if state.error.retry_after is not None else {}

@@ -1,7 +1,8 @@
-"""telemetry: the seam where a sampled Langfuse trace update will go; a pass-through until then.
+"""telemetry: the end of every path of a workflow; a pass-through.
 
-It runs last on every path, so it must stay cheap: when it does send, it will hand the trace to a background
-exporter rather than wait on the network here.
+The request's trace is finished in one place, by the run itself (rag.runtime.PipelineRun), so that answered,
+failed and cancelled runs are all recorded whether or not their graph reached this node. The node stays so that
+saved and published workflows, which end with it, keep loading.
 """
 
 from __future__ import annotations
@@ -21,24 +22,19 @@ OUTPUTS = ()
 class Telemetry:
     name = NAME
 
-    def __init__(self, *, telemetry: Any = None) -> None:
-        self._telemetry = telemetry
-
     async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
-        if self._telemetry is not None:
-            self._telemetry.finish(state)  # hands the record to the exporter's queue; never waits
         return None
 
 
 def _build(deps: PipelineDeps, params: dict[str, Any]) -> Telemetry:
-    return Telemetry(telemetry=deps.telemetry)
+    return Telemetry()
 
 
 NODE_TYPE = NodeType(
     name=NAME,
     description={
-        "en": "Records the request's trace (sampled) when telemetry is configured; otherwise does nothing.",
-        "zh-hant": "設定遙測時記錄請求的追蹤資料（抽樣）；未設定時不做任何事。",
+        "en": "Marks the end of the workflow; the request's trace (sampled) is recorded by the run itself.",
+        "zh-hant": "標示流程的結尾；請求的追蹤資料（抽樣）由執行本身記錄。",
     },
     inputs=INPUTS,
     outputs=OUTPUTS,

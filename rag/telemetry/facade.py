@@ -109,9 +109,8 @@ class Telemetry:
         return record
 
     def finish(self, state: PipelineState) -> None:
-        """Hand the request's record to the exporter (sampled) or keep its summary (unsampled). Idempotent: the
-        telemetry node calls it on the normal path, the runtime again when the run ends, for failed and
-        cancelled runs the node never saw."""
+        """Hand the request's record to the exporter (sampled) or keep its summary (unsampled). The run calls it
+        once when it ends, whatever the path; a second call does nothing."""
         record = current_trace.get()
         if record is None or record.finished or record.request_id != state.request_id or self.exporter is None:
             return
