@@ -21,9 +21,11 @@ Per call (streaming or not):
 Timeouts: first token (per attempt, from sending the request), gap between chunks once streaming, and a total
 deadline that starts when the first attempt holds its slot: a long queue never cuts a call that is decoding (the
 server's work would be thrown away); the queue has its own bound (step 2). Retries wait for a slot within the total
-deadline. They are enforced here with asyncio rather than by the HTTP client, so each
-one maps to its own outcome. Cancellation closes the upstream HTTP stream (the server stops generating) and
-releases the slot, both in ``finally``.
+deadline. They are enforced here with asyncio rather than by the HTTP client, so each one maps to its own outcome.
+The deadline, the retry budget, backoff and Retry-After waits run on the clock and sleep the policy is given
+(``time.monotonic`` and ``asyncio.sleep`` unless a test injects its own); an attempt's own timeouts run on the
+event loop, in real time, over what is left of the deadline. Cancellation closes the upstream HTTP stream (the
+server stops generating) and releases the slot, both in ``finally``.
 
 Failures surface as rag.errors ``Busy`` / ``UpstreamTimeout`` / ``UpstreamError``, which end the pipeline with
 the matching terminal event.
@@ -199,11 +201,18 @@ class CallPolicy:
         manager: Callable[[], LLMConcurrencyManager] = get_manager,
         limiter: SlidingWindowRPM | None = None,
         rng: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.config = config
         # A getter, not an instance: the process manager may be replaced (tests, settings reload).
         self._manager = manager
-        self.limiter = limiter or SlidingWindowRPM(config.rpm_for, window=config.rpm_window)
+        # The clock of deadlines, the retry budget and slot waits, and the sleep of backoff and Retry-After
+        # waits (the default limiter shares both). An attempt's own timeouts run on the event loop: they bound
+        # real time spent waiting for the server.
+        self._clock = clock
+        self._sleep = sleep
+        self.limiter = limiter or SlidingWindowRPM(config.rpm_for, window=config.rpm_window, clock=clock, sleep=sleep)
         self._rng = rng
 
     # ------------------------------------------------------------------ shared steps
@@ -215,9 +224,8 @@ class CallPolicy:
         return ceiling * self._rng() if cfg.jitter else ceiling
 
     async def _wait_for_rate(self, label: CallLabel, wait_until: float, slot: SlotTerms, attempt: int) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            waited = await self.limiter.wait(label.backend, max(0.0, wait_until - loop.time()))
+            waited = await self.limiter.wait(label.backend, max(0.0, wait_until - self._clock()))
         except RateLimited as exc:
             logger.info(
                 "llm rate limit backend=%s node=%s retry_after=%.1f", label.backend, label.node, exc.retry_after
@@ -232,7 +240,7 @@ class CallPolicy:
         bound = slot.wait if slot.wait is not None else self.config.acquire_timeout
         if bound is None:
             bound = self._manager().acquire_timeout
-        wait_until = asyncio.get_running_loop().time() + bound
+        wait_until = self._clock() + bound
         return wait_until if deadline is None else min(wait_until, deadline)
 
     def _not_started(self, slot: SlotTerms, attempt: int, message: str, reason: str, retry_after: float | None) -> Busy:
@@ -253,7 +261,7 @@ class CallPolicy:
         if failure.retry_after is not None and failure.retry_after > cfg.retry_after_cap:
             raise _final_error(label, failure, attempt, "server asked for a longer wait than allowed")
         delay = max(self.backoff(attempt), failure.retry_after or 0.0)
-        if asyncio.get_running_loop().time() + delay >= deadline:
+        if self._clock() + delay >= deadline:
             raise _final_error(label, failure, attempt, "no time left in the call's retry budget")
         return delay
 
@@ -289,18 +297,22 @@ class CallPolicy:
             f"The language model did not finish in time ({label.backend}, {label.node}, {attempt} attempt(s))."
         )
 
-    # ------------------------------------------------------------------ non-streaming calls
+    def _on_loop(self, deadline: float) -> float:
+        """``deadline`` (on the policy's clock) as an event-loop time, for the attempt's own timeouts."""
+        return asyncio.get_running_loop().time() + (deadline - self._clock())
 
-    async def call(
+    # ------------------------------------------------------------------ the retry loop
+
+    async def _attempts(
         self,
         label: CallLabel,
-        attempt_fn: Callable[[], Awaitable[T]],
-        *,
+        run_attempt: Callable[[int, float], AsyncGenerator[T, None]],
         total_timeout: float,
-        slot: SlotTerms = DEFAULT_SLOT,
-    ) -> T:
-        """Run ``attempt_fn`` (one upstream request) under the policy; the attempt may take the whole deadline,
-        which starts when the first attempt holds its slot."""
+        slot: SlotTerms,
+    ) -> AsyncGenerator[T, None]:
+        """Steps 1 to 3 of the module docstring, shared by every kind of call: yield what
+        ``run_attempt(attempt, deadline)`` (one attempt, run inside the slot, deadline on the loop's clock)
+        yields, retrying it while it raises _AttemptFailed (which it must not do once it has yielded)."""
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         retry_deadline = math.inf
@@ -313,28 +325,54 @@ class CallPolicy:
             started = loop.time()
             try:
                 async with manager.acquire(
-                    label.backend, max(0.0, wait_until - loop.time()), low_priority=slot.low_priority
+                    label.backend, max(0.0, wait_until - self._clock()), low_priority=slot.low_priority
                 ):
                     started = loop.time()
                     if deadline is None:
-                        deadline = started + total_timeout
-                        retry_deadline = self._retry_deadline(started, deadline)
-                    try:
-                        async with asyncio.timeout_at(deadline):
-                            result = await attempt_fn()
-                    except TimeoutError:
-                        self._log_attempt(label, attempt, "deadline", started)
-                        raise self._deadline_error(label, attempt) from None
-                    except OpenAIError as exc:
-                        raise _AttemptFailed(_classify(exc)) from exc
+                        begun = self._clock()
+                        deadline = begun + total_timeout
+                        retry_deadline = self._retry_deadline(begun, deadline)
+                    # aclosing: if our consumer stops early, the attempt's finally (closing the upstream
+                    # stream) must run now, not whenever the inner generator is garbage-collected.
+                    async with contextlib.aclosing(run_attempt(attempt, self._on_loop(deadline))) as items:
+                        async for item in items:
+                            yield item
+                    return
             except BusyError as exc:
                 raise self._busy(label, exc, slot, attempt) from None
             except _AttemptFailed as failed:
                 self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
-                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, retry_deadline))
-                continue
+                # Out of the slot's block: the slot is already released while we sleep.
+                await self._sleep(self._retry_delay(label, failed.failure, attempt, retry_deadline))
+
+    # ------------------------------------------------------------------ non-streaming calls
+
+    async def call(
+        self,
+        label: CallLabel,
+        attempt_fn: Callable[[], Awaitable[T]],
+        *,
+        total_timeout: float,
+        slot: SlotTerms = DEFAULT_SLOT,
+    ) -> T:
+        """Run ``attempt_fn`` (one upstream request) under the policy; the attempt may take the whole deadline,
+        which starts when the first attempt holds its slot."""
+
+        async def run_attempt(attempt: int, deadline: float) -> AsyncGenerator[T, None]:
+            started = asyncio.get_running_loop().time()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    result = await attempt_fn()
+            except TimeoutError:
+                self._log_attempt(label, attempt, "deadline", started)
+                raise self._deadline_error(label, attempt) from None
+            except OpenAIError as exc:
+                raise _AttemptFailed(_classify(exc)) from exc
             self._log_attempt(label, attempt, "ok", started)
-            return result
+            yield result
+
+        results = [result async for result in self._attempts(label, run_attempt, total_timeout, slot)]
+        return results[0]
 
     # ------------------------------------------------------------------ streaming calls
 
@@ -352,37 +390,13 @@ class CallPolicy:
         (or run it to the end): a generator abandoned half-way holds its slot and upstream stream until it is
         garbage-collected.
         """
-        loop = asyncio.get_running_loop()
-        deadline: float | None = None
-        retry_deadline = math.inf
-        attempt = 0
-        while True:
-            attempt += 1
-            wait_until = self._wait_until(slot, deadline)
-            await self._wait_for_rate(label, wait_until, slot, attempt)
-            manager = self._manager()
-            started = loop.time()
-            try:
-                async with manager.acquire(
-                    label.backend, max(0.0, wait_until - loop.time()), low_priority=slot.low_priority
-                ):
-                    started = loop.time()
-                    if deadline is None:
-                        deadline = started + timeouts.total
-                        retry_deadline = self._retry_deadline(started, deadline)
-                    attempt_deltas = self._attempt(label, attempt, open_stream, new_parser(), timeouts, deadline)
-                    # aclosing: if our consumer stops early, the attempt's finally (closing the upstream
-                    # stream) must run now, not whenever the inner generator is garbage-collected.
-                    async with contextlib.aclosing(attempt_deltas):
-                        async for delta in attempt_deltas:
-                            yield delta
-                    return
-            except BusyError as exc:
-                raise self._busy(label, exc, slot, attempt) from None
-            except _AttemptFailed as failed:
-                self._log_attempt(label, attempt, failed.failure.kind, started, failed.failure)
-                # Out of the slot's block: the slot is already released while we sleep.
-                await asyncio.sleep(self._retry_delay(label, failed.failure, attempt, retry_deadline))
+
+        def run_attempt(attempt: int, deadline: float) -> AsyncGenerator[LLMDelta, None]:
+            return self._attempt(label, attempt, open_stream, new_parser(), timeouts, deadline)
+
+        async with contextlib.aclosing(self._attempts(label, run_attempt, timeouts.total, slot)) as deltas:
+            async for delta in deltas:
+                yield delta
 
     async def _attempt(
         self,

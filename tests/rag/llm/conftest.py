@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from concurrency.manager import LLMConcurrencyManager, set_manager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.llm.client import aclose_clients
+from rag.llm.policy import CallPolicy
 
 # Fast tokens, a little reasoning before every answer (so both channels are exercised), small vectors.
 SIM_FLAGS: dict[str, Any] = {
@@ -107,14 +109,38 @@ def attempts() -> Iterator[AttemptLog]:
     logger.setLevel(old_level)
 
 
+class VirtualTime:
+    """The clock and sleep a CallPolicy is given in tests: the clock runs with real time plus every sleep taken
+    on it, and a sleep records its seconds and returns after one real turn of the event loop. Upstream calls
+    still take their real time; backoff, Retry-After and RPM waits are recorded instead of waited."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+        self._skipped = 0.0
+
+    def clock(self) -> float:
+        return time.monotonic() + self._skipped
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self._skipped += seconds
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def virtual_time() -> VirtualTime:
+    return VirtualTime()
+
+
 BackendFactory = Callable[..., LLMBackend]
 
 
 @pytest.fixture
 def make_backend(sim: SimulatorProcess, manager: LLMConcurrencyManager) -> BackendFactory:
-    """``make_backend(first_token_timeout=1, max_attempts=3, ...)``: LLMConfig and CallPolicyConfig fields mixed."""
+    """``make_backend(first_token_timeout=1, max_attempts=3, ...)``: LLMConfig and CallPolicyConfig fields mixed;
+    ``time=VirtualTime()`` gives the policy that clock and sleep instead of the real ones."""
 
-    def build(**overrides: Any) -> LLMBackend:
+    def build(time: VirtualTime | None = None, **overrides: Any) -> LLMBackend:
         llm_fields = set(LLMConfig.__dataclass_fields__)
         llm_args: dict[str, Any] = {
             "base_url": sim.base_url,
@@ -128,6 +154,10 @@ def make_backend(sim: SimulatorProcess, manager: LLMConcurrencyManager) -> Backe
         policy_args: dict[str, Any] = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter": False}
         for key, value in overrides.items():
             (llm_args if key in llm_fields else policy_args)[key] = value
-        return LLMBackend(LLMConfig(**llm_args), CallPolicyConfig(**policy_args))
+        policy_config = CallPolicyConfig(**policy_args)
+        if time is None:
+            return LLMBackend(LLMConfig(**llm_args), policy_config)
+        policy = CallPolicy(policy_config, clock=time.clock, sleep=time.sleep)
+        return LLMBackend(LLMConfig(**llm_args), policy=policy)
 
     return build

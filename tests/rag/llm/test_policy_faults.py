@@ -17,7 +17,7 @@ from concurrency.simulator.testing import SimulatorProcess, free_port
 from rag.errors import Busy, UpstreamError, UpstreamTimeout
 from rag.llm import LLMBackend, LLMDelta
 from rag.llm.backends import ChatBackend
-from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, wait_idle
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, VirtualTime, wait_idle
 
 
 async def stream_all(backend: LLMBackend, api: ChatBackend = "chat", **kwargs: Any) -> list[LLMDelta]:
@@ -34,14 +34,16 @@ async def upstream_attempts(sim: SimulatorProcess, api: str = "chat") -> int:
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_429_waits_for_retry_after_then_succeeds(
-    api: ChatBackend, make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+    api: ChatBackend,
+    make_backend: BackendFactory,
+    sim: SimulatorProcess,
+    attempts: AttemptLog,
+    virtual_time: VirtualTime,
 ) -> None:
     await sim.afaults(fail_next=["429"], retry_after=2)
-    started = time.monotonic()
-    deltas = await stream_all(make_backend(), api)
-    elapsed = time.monotonic() - started
+    deltas = await stream_all(make_backend(time=virtual_time), api)
 
-    assert 2.0 <= elapsed < 3.0  # Retry-After wins over the (tiny) backoff
+    assert virtual_time.sleeps == [2.0]  # Retry-After wins over the (tiny) backoff
     assert deltas[-1].kind == "usage"
     assert attempts.outcomes == ["status", "ok"]
     assert await upstream_attempts(sim, api) == attempts.count == 2
@@ -58,25 +60,28 @@ async def test_server_errors_are_retried_max_attempts_times_then_upstream_error(
 
 
 async def test_an_llm_failing_every_call_ends_within_the_retry_budget_as_upstream_error(
-    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog, virtual_time: VirtualTime
 ) -> None:
     await sim.afaults(rate_500=1.0)
-    started = time.monotonic()
+    backend = make_backend(time=virtual_time, max_attempts=1000, backoff_base=0.1, backoff_max=0.1, retry_budget=1.0)
     with pytest.raises(UpstreamError, match="retry budget"):
-        await stream_all(make_backend(max_attempts=1000, backoff_base=0.1, backoff_max=0.1, retry_budget=1.0))
-    assert time.monotonic() - started < 5.0  # the call's deadline is 20 s; the budget ends it after ~1 s
-    assert 2 <= attempts.count < 1000
+        await stream_all(backend)
+    # The call's deadline is 20 s; the 1 s budget ended it: the backoffs it slept fit in the budget.
+    assert virtual_time.sleeps and set(virtual_time.sleeps) == {0.1}
+    assert sum(virtual_time.sleeps) < 1.0
+    assert 2 <= attempts.count == len(virtual_time.sleeps) + 1 == await upstream_attempts(sim)
 
 
 async def test_a_429_on_every_call_ends_within_the_retry_budget_as_busy_with_retry_after(
-    make_backend: BackendFactory, sim: SimulatorProcess
+    make_backend: BackendFactory, sim: SimulatorProcess, virtual_time: VirtualTime
 ) -> None:
     await sim.afaults(rate_429=1.0, retry_after=2)
-    started = time.monotonic()
     with pytest.raises(Busy) as busy:
-        await stream_all(make_backend(retry_budget=3.0))
-    assert time.monotonic() - started < 8.0
+        await stream_all(make_backend(time=virtual_time, retry_budget=3.0))
+    # One Retry-After wait fits in the 3 s budget; a second one would end past it, so the call stops there.
+    assert virtual_time.sleeps == [2.0]
     assert busy.value.retry_after == 2.0
+    assert await upstream_attempts(sim) == 2
 
 
 async def test_complete_and_embed_are_retried_too(
@@ -104,23 +109,24 @@ async def test_client_errors_other_than_408_and_429_are_not_retried(
 
 
 async def test_retry_after_beyond_the_cap_fails_fast_as_busy(
-    make_backend: BackendFactory, sim: SimulatorProcess
+    make_backend: BackendFactory, sim: SimulatorProcess, virtual_time: VirtualTime
 ) -> None:
     await sim.afaults(fail_next=["429"], retry_after=30)
-    started = time.monotonic()
     with pytest.raises(Busy) as info:
-        await stream_all(make_backend(retry_after_cap=5))
-    assert time.monotonic() - started < 1.0
+        await stream_all(make_backend(time=virtual_time, retry_after_cap=5))
+    assert virtual_time.sleeps == []
     assert info.value.retry_after == 30 and info.value.code == "busy"
     assert await upstream_attempts(sim) == 1
 
 
-async def test_retry_after_beyond_the_deadline_fails_fast(make_backend: BackendFactory, sim: SimulatorProcess) -> None:
+async def test_retry_after_beyond_the_deadline_fails_fast(
+    make_backend: BackendFactory, sim: SimulatorProcess, virtual_time: VirtualTime
+) -> None:
     await sim.afaults(fail_next=["429"], retry_after=3)
-    started = time.monotonic()
     with pytest.raises(Busy) as info:
-        await stream_all(make_backend(total_timeout=2.0))
-    assert time.monotonic() - started < 1.0 and info.value.retry_after == 3
+        await stream_all(make_backend(time=virtual_time, total_timeout=2.0))
+    assert virtual_time.sleeps == [] and info.value.retry_after == 3
+    assert await upstream_attempts(sim) == 1
 
 
 async def test_hang_before_first_token_times_out_without_retry(
@@ -238,20 +244,37 @@ async def test_a_connect_timeout_is_retried_then_one_timeout(
     assert 0.6 <= time.monotonic() - started < 3.0  # two connect timeouts, not the 5 s first-token budget
 
 
+class HeldSleep(VirtualTime):
+    """A backoff that lasts until the test lets it end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeping = asyncio.Event()
+        self.wake = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeping.set()
+        await self.wake.wait()
+        await super().sleep(seconds)
+
+
 async def test_slot_is_released_while_sleeping_between_attempts(
     make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager
 ) -> None:
     manager.set_limit("chat", 1)
     await sim.afaults(fail_next=["500"])
-    retrying = asyncio.create_task(stream_all(make_backend(backoff_base=1.0, backoff_max=1.0)))
-    await asyncio.sleep(0.4)  # the first attempt failed within milliseconds; the 1 s backoff is running
+    held = HeldSleep()
+    retrying = asyncio.create_task(stream_all(make_backend(time=held, backoff_base=1.0, backoff_max=1.0)))
+    await asyncio.wait_for(held.sleeping.wait(), 5)  # the first attempt failed; its 1 s backoff has begun
 
     assert not retrying.done()
     assert manager.stats()["backends"]["chat"]["in_progress"] == 0
     # With a limit of one, another call can run to completion while the first one backs off.
     other = await stream_all(make_backend())
     assert other[-1].kind == "usage" and not retrying.done()
+    held.wake.set()
     assert (await retrying)[-1].kind == "usage"
+    assert held.sleeps == [1.0]
     assert await upstream_attempts(sim) == 3
 
 

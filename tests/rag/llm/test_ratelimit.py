@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
 from rag.errors import Busy
 from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
-from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, VirtualTime
 
 
 class FakeTime:
@@ -95,33 +94,38 @@ async def test_cancelled_waiter_gives_its_spot_back() -> None:
 
 
 async def test_policy_waits_for_the_window_and_busy_past_the_deadline(
-    make_backend: BackendFactory, sim: SimulatorProcess
+    make_backend: BackendFactory, sim: SimulatorProcess, virtual_time: VirtualTime
 ) -> None:
-    backend = make_backend(rpm={"chat": 2}, rpm_window=0.5, total_timeout=5.0)
-    started = time.monotonic()
+    backend = make_backend(time=virtual_time, rpm={"chat": 2}, rpm_window=0.5, total_timeout=5.0)
+    started = virtual_time.clock()
     for _ in range(3):
         await backend.complete(backend="chat", node="n", messages=USER)
-    assert time.monotonic() - started >= 0.5  # the third call waited for the window
+    # The third call, and only it, waited for the window: until half a second after the first call's start.
+    assert len(virtual_time.sleeps) == 1 and 0 < virtual_time.sleeps[0] <= 0.5
+    assert virtual_time.clock() - started >= 0.5
 
-    slow_window = make_backend(rpm={"chat": 1}, rpm_window=30.0, total_timeout=2.0)
+    slow_window = make_backend(time=virtual_time, rpm={"chat": 1}, rpm_window=30.0, total_timeout=2.0)
     await slow_window.complete(backend="chat", node="n", messages=USER)
     with pytest.raises(Busy) as info:
         await slow_window.complete(backend="chat", node="n", messages=USER)
     assert info.value.retry_after == pytest.approx(30.0, abs=1.0)
+    assert len(virtual_time.sleeps) == 1  # refused at once, without waiting
     assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 4
 
 
 async def test_retries_count_against_the_window(
-    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
+    make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog, virtual_time: VirtualTime
 ) -> None:
-    backend = make_backend(rpm={"chat": 2}, rpm_window=1.0, total_timeout=5.0)
-    started = time.monotonic()
+    backend = make_backend(time=virtual_time, rpm={"chat": 2}, rpm_window=1.0, total_timeout=5.0)
+    started = virtual_time.clock()
     await backend.complete(backend="chat", node="n", messages=USER)
     await sim.afaults(fail_next=["500"])
     # The failed attempt takes the window's second spot, so its retry (backoff 10 ms) must wait for the first
     # spot to leave the window: upstream counts retries as requests too.
     result = await backend.complete(backend="chat", node="n", messages=USER)
     assert result.text
-    assert time.monotonic() - started >= 1.0
+    # The 10 ms backoff, then the wait for the window: the retry started a full window after the first call.
+    assert len(virtual_time.sleeps) == 2 and virtual_time.sleeps[0] == 0.01
+    assert virtual_time.clock() - started >= 1.0
     assert attempts.outcomes == ["ok", "status", "ok"]
     assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 3
