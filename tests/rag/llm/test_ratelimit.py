@@ -60,19 +60,27 @@ async def test_a_wait_longer_than_allowed_fails_at_once_and_takes_no_spot() -> N
     assert await SlidingWindowRPM(lambda _: 0).wait("chat", 0) == 0.0
 
 
-async def test_concurrent_callers_with_a_short_real_window() -> None:
-    limiter = SlidingWindowRPM(lambda _: 5, window=0.3)
-    loop = asyncio.get_running_loop()
+async def test_concurrent_callers_book_starts_that_keep_the_window() -> None:
+    # Twelve callers arrive at once; each books its start before it sleeps, so the starts are known without
+    # waiting for them: the clock stands still and the sleep only lets the other callers in.
+    now = 0.0  # with a window of 0.25 s every start is exact in binary floating point
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.sleep(0)
+
+    limiter = SlidingWindowRPM(lambda _: 5, window=0.25, clock=lambda: now, sleep=sleep)
     starts: list[float] = []
 
     async def call() -> None:
-        await limiter.wait("chat", max_wait=5)
-        starts.append(loop.time())
+        starts.append(now + await limiter.wait("chat", max_wait=5))
 
-    began = loop.time()
     await asyncio.gather(*(call() for _ in range(12)))
-    assert_window_respected(starts, 5, 0.3, slack=0.005)
-    assert 0.6 - 0.01 <= loop.time() - began < 1.0  # three windows' worth of starts: 0, 0.3, 0.6
+    assert_window_respected(starts, 5, 0.25)
+    # three windows' worth of starts: five at once, five a window later, two after that
+    assert sorted(starts) == [0.0] * 5 + [0.25] * 5 + [0.5] * 2
+    assert sorted(slept) == [0.25] * 5 + [0.5] * 2
 
 
 async def test_cancelled_waiter_gives_its_spot_back() -> None:
