@@ -6,6 +6,13 @@ import gettext
 import re
 from pathlib import Path
 
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import translation
+
+from rag.documents.models import IndexJob, JobStatus
+
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "locale" / "zh_Hant" / "LC_MESSAGES"
 
@@ -60,3 +67,29 @@ def test_the_compiled_catalogue_holds_every_plural_translation_of_its_source() -
     for (msgid, plural), msgstr in entries.items():
         for n in (1, 2):
             assert compiled.ngettext(msgid, plural, n) == msgstr, f"django.mo is older than django.po for {msgid!r}"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("language", "words", "absent"),
+    [("en", ["succeeded", "failed", "running"], "成功"), ("zh-hant", ["成功", "失敗", "執行中"], ">succeeded<")],
+)
+def test_the_job_list_names_the_job_states_in_the_admin_language(
+    admin_client: Client, language: str, words: list[str], absent: str
+) -> None:
+    for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.RUNNING):
+        IndexJob.objects.create(status=status)
+    page = admin_client.get(reverse("admin:rag_documents_indexjob_changelist"), HTTP_ACCEPT_LANGUAGE=language)
+    cells = re.findall(r'<td class="field-status">(.*?)</td>', page.content.decode())
+    assert sorted(cells) == sorted(words)
+    assert absent not in page.content.decode()  # nor in the status filter
+
+
+@pytest.mark.django_db
+def test_a_job_status_api_answers_the_stored_state_whatever_the_language(admin_client: Client) -> None:
+    job = IndexJob.objects.create(status=JobStatus.SUCCEEDED)
+    with translation.override("zh-hant"):
+        answer = admin_client.get(
+            reverse("rag-index-job", kwargs={"job_id": job.pk}), HTTP_ACCEPT_LANGUAGE="zh-hant"
+        ).json()
+    assert answer["status"] == "succeeded"

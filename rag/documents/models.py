@@ -19,10 +19,10 @@ TEXT_PREVIEW_CHARS = 300
 
 
 class DocumentStatus(models.TextChoices):
-    INDEXED = "indexed", "indexed"
+    INDEXED = "indexed", _("indexed")
     # the last job could not read its source (the reason is in status_detail); the previous version stays indexed
-    STALE = "stale", "stale (source unreadable, previous version indexed)"
-    DELETED = "deleted", "deleted"
+    STALE = "stale", _("stale (source unreadable, previous version indexed)")
+    DELETED = "deleted", _("deleted")
 
 
 class Document(models.Model):
@@ -83,11 +83,11 @@ class Chunk(models.Model):
 
 
 class JobStatus(models.TextChoices):
-    PENDING = "pending", "pending"
-    RUNNING = "running", "running"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
+    PENDING = "pending", _("pending")
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
 
 
 FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
@@ -158,9 +158,9 @@ class Job(models.Model):
 
 
 class IndexFormat(models.TextChoices):
-    AUTO = "auto", "auto (by file extension)"
+    AUTO = "auto", _("auto (by file extension)")
     MARKDOWN = "markdown", "Markdown"
-    TEXT = "text", "plain text"
+    TEXT = "text", _("plain text")
     HTML = "html", "HTML"
     PDF = "pdf", "PDF"
     SQUAD = "squad", "SQuAD JSON"
