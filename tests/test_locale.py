@@ -22,11 +22,24 @@ def po_entries(path: Path) -> dict[str, str]:
     entries = {}
     for block in path.read_text(encoding="utf-8").split("\n\n"):
         match = re.search(r'^msgid ((?:".*"\n)+)msgstr ((?:".*"\n?)+)', block + "\n", re.MULTILINE)
-        if not match:
+        if not match or re.search(r"^msgctxt ", block, re.MULTILINE):
             continue
         msgid, msgstr = (unescape("".join(re.findall(r'"(.*)"', part))) for part in match.groups())
         if msgid and msgstr:
             entries[msgid] = msgstr
+    return entries
+
+
+def po_context_entries(path: Path) -> dict[tuple[str, str], str]:
+    """(msgctxt, msgid) -> msgstr of a .po file's translated entries that have a context."""
+    entries = {}
+    for block in path.read_text(encoding="utf-8").split("\n\n"):
+        match = re.search(r'^msgctxt ((?:".*"\n)+)msgid ((?:".*"\n)+)msgstr ((?:".*"\n?)+)', block + "\n", re.MULTILINE)
+        if not match:
+            continue
+        context, msgid, msgstr = (unescape("".join(re.findall(r'"(.*)"', part))) for part in match.groups())
+        if msgstr:
+            entries[context, msgid] = msgstr
     return entries
 
 
@@ -57,6 +70,15 @@ def test_the_compiled_catalogue_holds_every_translation_of_its_source() -> None:
     assert "Documents and index jobs" in entries
     for msgid, msgstr in entries.items():
         assert compiled.gettext(msgid) == msgstr, f"django.mo is older than django.po for {msgid!r}: compilemessages"
+
+
+def test_the_compiled_catalogue_holds_every_translation_with_a_context() -> None:
+    with (CATALOGUE / "django.mo").open("rb") as handle:
+        compiled = gettext.GNUTranslations(handle)
+    entries = po_context_entries(CATALOGUE / "django.po")
+    assert ("concurrency mode", "priority") in entries
+    for (context, msgid), msgstr in entries.items():
+        assert compiled.pgettext(context, msgid) == msgstr, f"django.mo is older than django.po for {msgid!r}"
 
 
 def test_the_compiled_catalogue_holds_every_plural_translation_of_its_source() -> None:
