@@ -12,6 +12,8 @@ from django.urls import reverse
 from django.utils import translation
 
 from rag.documents.models import IndexJob, JobStatus
+from rag.workflows.builder_words import PARAMETER_HELP, builder_words
+from rag.workflows.graphs import node_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "locale" / "zh_Hant" / "LC_MESSAGES"
@@ -115,3 +117,17 @@ def test_a_job_status_api_answers_the_stored_state_whatever_the_language(admin_c
             reverse("rag-index-job", kwargs={"job_id": job.pk}), HTTP_ACCEPT_LANGUAGE="zh-hant"
         ).json()
     assert answer["status"] == "succeeded"
+
+
+def test_every_node_parameters_help_has_a_word_for_the_graph_builder() -> None:
+    described = {
+        spec["description"]
+        for node_type in node_registry().catalogue()
+        for spec in node_type["params"].values()
+        if spec["description"]
+    }
+    missing = sorted(described - set(PARAMETER_HELP))
+    assert not missing, f"add to PARAMETER_HELP in rag/workflows/builder_words.py (and translate): {missing}"
+    with translation.override("zh-hant"):
+        words = builder_words()
+    assert [text for text in described if words[text] == text] == [], "a parameter's help has no zh-hant"
