@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gettext
+import html
+import json
 import re
 from pathlib import Path
 
@@ -131,3 +133,18 @@ def test_every_node_parameters_help_has_a_word_for_the_graph_builder() -> None:
     with translation.override("zh-hant"):
         words = builder_words()
     assert [text for text in described if words[text] == text] == [], "a parameter's help has no zh-hant"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("language", "running"), [("en", "running"), ("zh-hant", "執行中")])
+def test_a_job_page_names_its_state_and_gives_its_script_the_names_in_the_admin_language(
+    admin_client: Client, language: str, running: str
+) -> None:
+    job = IndexJob.objects.create(status=JobStatus.RUNNING)
+    page = admin_client.get(
+        reverse("admin:rag_documents_indexjob_change", args=[job.pk]), HTTP_ACCEPT_LANGUAGE=language
+    ).content.decode()
+    assert f'<dd data-rag-job="status">{running}</dd>' in page
+    carried = re.search(r'data-words="([^"]*)"', page)
+    assert carried, "the job page carries no words for its script"
+    assert json.loads(html.unescape(carried.group(1)))["statuses"]["running"] == running
