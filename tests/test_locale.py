@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import translation
 
-from rag.documents.models import IndexJob, JobStatus
+from rag.documents.models import DocumentStatus, IndexJob, JobStatus
 from rag.workflows.builder_words import PARAMETER_HELP, builder_words
 from rag.workflows.graphs import node_registry
 
@@ -148,3 +148,9 @@ def test_a_job_page_names_its_state_and_gives_its_script_the_names_in_the_admin_
     carried = re.search(r'data-words="([^"]*)"', page)
     assert carried, "the job page carries no words for its script"
     assert json.loads(html.unescape(carried.group(1)))["statuses"]["running"] == running
+
+
+def test_a_deleted_document_is_named_as_a_state_not_as_the_jobs_count_of_deleted_ones() -> None:
+    with translation.override("zh-hant"):
+        assert dict(DocumentStatus.choices)["deleted"] == "已刪除"
+        assert str(IndexJob._meta.get_field("deleted").verbose_name) == "刪除"

@@ -12,6 +12,7 @@ from typing import ClassVar, Self
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 # the job log is for people: the last this many characters are kept, older lines are dropped
 JOB_LOG_LIMIT = 20_000
@@ -22,7 +23,7 @@ class DocumentStatus(models.TextChoices):
     INDEXED = "indexed", _("indexed")
     # the last job could not read its source (the reason is in status_detail); the previous version stays indexed
     STALE = "stale", _("stale (source unreadable, previous version indexed)")
-    DELETED = "deleted", _("deleted")
+    DELETED = "deleted", pgettext_lazy("document status", "deleted")  # a state, not the count of deleted ones
 
 
 class Document(models.Model):
