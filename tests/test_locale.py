@@ -152,5 +152,5 @@ def test_a_job_page_names_its_state_and_gives_its_script_the_names_in_the_admin_
 
 def test_a_deleted_document_is_named_as_a_state_not_as_the_jobs_count_of_deleted_ones() -> None:
     with translation.override("zh-hant"):
-        assert dict(DocumentStatus.choices)["deleted"] == "已刪除"
+        assert str(dict(DocumentStatus.choices)["deleted"]) == "已刪除"
         assert str(IndexJob._meta.get_field("deleted").verbose_name) == "刪除"
