@@ -140,7 +140,8 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     page.locator("#content-main input[type=submit]").click()
     page.wait_for_url("**/indexjob/*/change/")
     page.locator("#rag-job[data-finished='1']").wait_for(timeout=JOB_TIMEOUT_MS)
-    assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
+    succeeded = {"en": "succeeded", "zh-hant": "成功"}[page.language]  # the job's state in the page's language
+    assert succeeded in page.locator("[data-rag-job=status]").inner_text()
     assert indexed(chat_server_env, term) == ["indexed"]
     # The summary says what it counts, and the fields below it add to it instead of repeating it.
     chunks = {"en": "chunks", "zh-hant": "段落"}[page.language]
@@ -164,7 +165,8 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     confirmation.locator("input[type=submit]").click()
     page.wait_for_url("**/indexjob/*/change/")
     page.locator("#rag-job[data-finished='1']").wait_for(timeout=JOB_TIMEOUT_MS)
-    assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
+    succeeded = {"en": "succeeded", "zh-hant": "成功"}[page.language]  # the job's state in the page's language
+    assert succeeded in page.locator("[data-rag-job=status]").inner_text()
     assert indexed(chat_server_env, term) == ["deleted"]
     assert not (Path(chat_server_env["DATA_DIR"]) / "uploads" / upload.name).exists()
 
