@@ -31,13 +31,13 @@ class Conversation(models.Model):
 
 class Message(models.Model):
     class Role(models.TextChoices):
-        USER = "user", "user"
-        ASSISTANT = "assistant", "assistant"
+        USER = "user", _("user")
+        ASSISTANT = "assistant", _("assistant")
 
     class Status(models.TextChoices):
-        OK = "ok", "ok"
-        FAILED = "failed", "failed"
-        CANCELLED = "cancelled", "cancelled"
+        OK = "ok", _("ok")
+        FAILED = "failed", _("failed")
+        CANCELLED = "cancelled", _("cancelled")
 
     conversation = models.ForeignKey(
         Conversation, verbose_name=_("conversation"), on_delete=models.CASCADE, related_name="messages"
@@ -76,8 +76,8 @@ class Feedback(models.Model):
     second verdict replaces the first."""
 
     class Kind(models.TextChoices):
-        THUMBS = "thumbs", "thumbs"
-        RATING = "rating", "rating (1-5)"
+        THUMBS = "thumbs", _("thumbs")
+        RATING = "rating", _("rating (1-5)")
 
     message = models.ForeignKey(Message, verbose_name=_("message"), on_delete=models.CASCADE, related_name="feedback")
     request_id = models.CharField(_("request id"), max_length=64, db_index=True)

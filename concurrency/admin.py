@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from concurrency.models import BACKENDS, EDITABLE_FIELDS, ConcurrencySettings
@@ -48,6 +48,49 @@ CONSOLE_FIELDSETS: tuple[tuple[StrOrPromise, StrOrPromise, tuple[str, ...]], ...
     ),
     (_("Telemetry"), "", ("telemetry_sample_rate",)),
 )
+
+
+# What the console's script writes, by its English: the page carries them in the admin's language, and the script
+# fills each {placeholder} itself (so a translation keeps them). A text missing here stays English on the page.
+CONSOLE_WORDS: tuple[str, ...] = (
+    gettext_noop("{worker} (this one)"),
+    gettext_noop("+{count} waiting"),
+    gettext_noop("now"),
+    gettext_noop("{seconds} s ago"),
+    gettext_noop("no worker reported"),
+    gettext_noop("priority mode · starvation boost after {seconds} s"),
+    gettext_noop("FIFO mode"),
+    gettext_noop("(no request)"),
+    gettext_noop("{priority} boosted"),
+    gettext_noop("{ms} ms"),
+    gettext_noop("nobody is waiting"),
+    gettext_noop("none"),
+    gettext_noop("cluster-wide ({state})"),
+    gettext_noop("{state}: {count} workers share it"),
+    gettext_noop("per worker"),
+    gettext_noop("signed out: reload the page"),
+    gettext_noop("live · {time}"),
+    gettext_noop("no answer ({error}), retrying"),
+    gettext_noop("timeout"),
+    gettext_noop("{now} (max {peak})"),
+    gettext_noop("{chart}: now {now}, max {peak}"),
+)
+
+# The manager's modes and the cluster's states as the status API names them; the script looks them up as
+# "mode priority", "state degraded" (the bare words mean other things elsewhere in the admin).
+CONSOLE_STATES: dict[str, StrOrPromise] = {
+    "mode priority": pgettext_lazy("concurrency mode", "priority"),
+    "mode fifo": pgettext_lazy("concurrency mode", "fifo"),
+    "state degraded": pgettext_lazy("cluster state", "degraded"),
+    "state recovering": pgettext_lazy("cluster state", "recovering"),
+}
+
+
+def console_words() -> dict[str, str]:
+    """English -> the active language, for every text the console's script writes."""
+    words = {text: gettext(text) for text in CONSOLE_WORDS}
+    words.update({key: str(word) for key, word in CONSOLE_STATES.items()})
+    return words
 
 
 class ConcurrencySettingsForm(forms.ModelForm):
@@ -149,6 +192,7 @@ class ConcurrencySettingsAdmin(admin.ModelAdmin):
             "backends": BACKENDS,
             "status_url": status_url,
             "initial_status": status,
+            "console_words": console_words(),
             # the pipeline reports its answers as the "answers" extra of each worker
             "degraded_answers": sum(
                 int(((worker.get("extra") or {}).get("answers") or {}).get("degraded", 0))

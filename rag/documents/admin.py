@@ -295,7 +295,7 @@ def _job_name(job: Job) -> str:
     return gettext("%(kind)s #%(id)d") % {"kind": job._meta.verbose_name, "id": job.pk}
 
 
-def _job_words() -> dict[str, str]:
+def _job_words() -> dict[str, Any]:
     """The texts the job page's script rewrites as the job runs, in the page's language."""
     return {
         "pathsRead": gettext("paths read"),
@@ -305,6 +305,8 @@ def _job_words() -> dict[str, str]:
             "added {added}, updated {updated}, unchanged {unchanged}, deleted {deleted}, skipped {skipped}, "
             "failed {failed}"
         ),
+        # the job's state by the value the status API answers, named as the job list names it
+        "statuses": {value: str(label) for value, label in JobStatus.choices},
     }
 
 

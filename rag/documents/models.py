@@ -12,6 +12,7 @@ from typing import ClassVar, Self
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 # the job log is for people: the last this many characters are kept, older lines are dropped
 JOB_LOG_LIMIT = 20_000
@@ -19,10 +20,10 @@ TEXT_PREVIEW_CHARS = 300
 
 
 class DocumentStatus(models.TextChoices):
-    INDEXED = "indexed", "indexed"
+    INDEXED = "indexed", _("indexed")
     # the last job could not read its source (the reason is in status_detail); the previous version stays indexed
-    STALE = "stale", "stale (source unreadable, previous version indexed)"
-    DELETED = "deleted", "deleted"
+    STALE = "stale", _("stale (source unreadable, previous version indexed)")
+    DELETED = "deleted", pgettext_lazy("document status", "deleted")  # a state, not the count of deleted ones
 
 
 class Document(models.Model):
@@ -83,11 +84,11 @@ class Chunk(models.Model):
 
 
 class JobStatus(models.TextChoices):
-    PENDING = "pending", "pending"
-    RUNNING = "running", "running"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
+    PENDING = "pending", _("pending")
+    RUNNING = "running", _("running")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
 
 
 FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
@@ -158,9 +159,9 @@ class Job(models.Model):
 
 
 class IndexFormat(models.TextChoices):
-    AUTO = "auto", "auto (by file extension)"
+    AUTO = "auto", _("auto (by file extension)")
     MARKDOWN = "markdown", "Markdown"
-    TEXT = "text", "plain text"
+    TEXT = "text", _("plain text")
     HTML = "html", "HTML"
     PDF = "pdf", "PDF"
     SQUAD = "squad", "SQuAD JSON"

@@ -122,9 +122,49 @@ BUILDER_WORDS: tuple[str, ...] = (
     gettext_noop("loops"),
     gettext_noop("time"),
     gettext_noop("{ms} ms"),
+    gettext_noop("▶ start"),
+    gettext_noop(", one per line"),
+    gettext_noop(", entry"),
+    gettext_noop(", {count} problem: {messages}"),
+    gettext_noop(", {count} problems: {messages}"),
+)
+
+# The node parameters' help, as the node registry describes them (a fixed set, looked up by its English like the
+# rest; a parameter added without a line here keeps its English help).
+PARAMETER_HELP: tuple[str, ...] = (
+    gettext_noop("Characters per answer delta of a cached answer"),
+    gettext_noop(
+        "Chinese questions: share of their characters a top chunk holding half the overlap above must contain (0: off)"
+    ),
+    gettext_noop("Chunks to keep (0: the deployment's TOP_K)"),
+    gettext_noop("Fewest sentences in an extractive answer"),
+    gettext_noop("How many top chunks the lexical check looks at"),
+    gettext_noop("How to reach a person (Chinese replies)"),
+    gettext_noop("How to reach a person (English replies)"),
+    gettext_noop("LLM retry strategies, one per loop in this order (then from the start)"),
+    gettext_noop("Longest accepted question, in characters"),
+    gettext_noop("Longest shortened answer, in characters"),
+    gettext_noop("Longest summary, in characters (whole sentences)"),
+    gettext_noop("Lowest retriever score of the best chunk (0: the deployment's)"),
+    gettext_noop("Most sentences in an extractive answer"),
+    gettext_noop("Regular expressions that block a question (case-insensitive)"),
+    gettext_noop("Retries before falling back; the retry edge's max_visits must allow as many"),
+    gettext_noop("Seconds an LLM rewrite may take before the offline queries run"),
+    gettext_noop("Seconds per search (0: the deployment's timeout)"),
+    gettext_noop("Seconds the LLM plan may take, once it holds a slot, before the rules decide"),
+    gettext_noop("Seconds the LLM plan may wait for a slot before it is skipped for the rules"),
+    gettext_noop("Seconds the summary call may take, once it holds a slot, before the offline summary is kept"),
+    gettext_noop("Seconds the summary call may wait for a slot (behind every answer) before it is skipped"),
+    gettext_noop("Seconds the translation may take before the question is kept as asked"),
+    gettext_noop("Seconds to wait for the cache before answering without it"),
+    gettext_noop("Seconds to wait for the cache to store an answer"),
+    gettext_noop("Share of the question's key terms a top chunk must contain"),
+    gettext_noop("With an LLM, also translate English questions into Traditional Chinese (Chinese corpus)"),
+    gettext_noop("With an LLM: most documents given to the model as numbered sources"),
+    gettext_noop("With an LLM: write the running conversation summary with it"),
 )
 
 
 def builder_words() -> dict[str, str]:
     """English -> the active language, for every text the builder's script shows."""
-    return {text: gettext(text) for text in BUILDER_WORDS}
+    return {text: gettext(text) for text in (*BUILDER_WORDS, *PARAMETER_HELP)}

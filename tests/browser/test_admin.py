@@ -140,7 +140,8 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     page.locator("#content-main input[type=submit]").click()
     page.wait_for_url("**/indexjob/*/change/")
     page.locator("#rag-job[data-finished='1']").wait_for(timeout=JOB_TIMEOUT_MS)
-    assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
+    succeeded = {"en": "succeeded", "zh-hant": "成功"}[page.language]  # the job's state in the page's language
+    assert succeeded in page.locator("[data-rag-job=status]").inner_text()
     assert indexed(chat_server_env, term) == ["indexed"]
     # The summary says what it counts, and the fields below it add to it instead of repeating it.
     chunks = {"en": "chunks", "zh-hant": "段落"}[page.language]
@@ -164,7 +165,8 @@ def test_staff_upload_a_document_then_delete_it_from_the_index(
     confirmation.locator("input[type=submit]").click()
     page.wait_for_url("**/indexjob/*/change/")
     page.locator("#rag-job[data-finished='1']").wait_for(timeout=JOB_TIMEOUT_MS)
-    assert "succeeded" in page.locator("[data-rag-job=status]").inner_text()
+    succeeded = {"en": "succeeded", "zh-hant": "成功"}[page.language]  # the job's state in the page's language
+    assert succeeded in page.locator("[data-rag-job=status]").inner_text()
     assert indexed(chat_server_env, term) == ["deleted"]
     assert not (Path(chat_server_env["DATA_DIR"]) / "uploads" / upload.name).exists()
 
@@ -263,11 +265,32 @@ def test_the_console_fits_a_1400px_window_with_readable_captions_and_named_times
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         assert page.eval_on_selector(".cc-queues", "e => e.scrollWidth <= e.clientWidth"), "the queue table overflows"
         assert contrast(page, "[data-cc=mode-note]") >= 4.5
+        assert "boosted" in page.locator(".cc-queues").inner_text()  # an English browser reads English
         # One zone on the page, the viewer's, named: the settings' time, the workers' start, the live clock.
         zone = re.compile(r"\b(EST|EDT|GMT-[45])\b")
         assert zone.search(page.locator(".cc-strip").inner_text()), page.locator(".cc-strip").inner_text()
         started = page.locator("[data-cc=worker-rows] td").nth(1).inner_text()
         assert zone.search(started) and "UTC" not in started
+    finally:
+        page.context.close()
+    assert not page.errors
+
+
+def test_the_console_writes_its_live_texts_in_the_admin_language(
+    chromium: Any, chat_server: str, staff: tuple[str, str]
+) -> None:
+    page = admin_page(chromium, chat_server, language="zh-hant", phone=False)
+    try:
+        log_in(page, staff)
+        page.route("**/api/v1/admin/concurrency/status*", with_long_queues)
+        page.goto(chat_server + "/admin/concurrency/concurrencysettings/console/")
+        page.locator("[data-cc=conn]", has_text="即時").wait_for()  # the first refresh answered
+        page.locator("[data-cc=queue-rows] td", has_text="c0ffee42").first.wait_for()
+        queues = page.locator(".cc-queues").inner_text()
+        assert "3 已提升" in queues and "1235 毫秒" in queues, queues
+        assert "boosted" not in queues and "connecting" not in page.locator(".cc-strip").inner_text()
+        assert re.search(r"剛剛|\d+ 秒前", page.locator("[data-cc=worker-rows]").inner_text())
+        assert "最高" in page.locator(".cc-card figcaption").first.inner_text()
     finally:
         page.context.close()
     assert not page.errors

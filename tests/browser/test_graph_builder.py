@@ -211,6 +211,7 @@ def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restore
     expect(page.locator("#gb-draft-state")).to_have_text("read-only")
     expect(page.locator("#gb-save")).to_be_disabled()
     expect(node(page, "cache_lookup")).to_be_visible()
+    expect(page.locator("#gb-canvas .gb-entry")).to_have_text("▶ start")
     page.screenshot(path=str(screenshot_dir / "graph_builder_default.png"), full_page=False)
 
     page.once("dialog", lambda dialog: dialog.accept("without cache lookup"))
@@ -300,6 +301,9 @@ def test_a_chinese_browser_gets_the_builder_in_traditional_chinese(chinese_page:
     node(page, "planner").click()
     expect(page.locator("#gb-inspector-title")).to_have_text("節點")
     expect(page.locator("#gb-inspector")).to_contain_text("判斷問題類型")
+    # Its parameters' help, and the entry node's badge, in the same language.
+    expect(page.locator("#gb-inspector")).to_contain_text("LLM 規劃取得名額後可用的秒數")
+    expect(page.locator("#gb-canvas .gb-entry")).to_have_text("▶ 起點")
     page.screenshot(path=str(screenshot_dir / "graph_builder_zh-hant.png"), full_page=False)
     page.once("dialog", lambda dialog: dialog.accept("中文副本"))
     page.click("#gb-copy")
@@ -308,5 +312,6 @@ def test_a_chinese_browser_gets_the_builder_in_traditional_chinese(chinese_page:
     node(page, "cache_lookup").focus()
     page.keyboard.press("Delete")
     expect(page.locator("#gb-validity")).to_have_text("✗ 1 個問題")
+    expect(node(page, "language_normalizer")).to_have_attribute("aria-label", re.compile(r"，1 個問題："))
     toolbar = page.locator(".gb-toolbar").inner_text() + page.locator(".gb-tabs").inner_text()
     assert not re.search(r"\b(Draft|Save|Publish|Problems|Versions|Test run)\b", toolbar), toolbar

@@ -424,7 +424,7 @@ def read_csv(content: bytes) -> list[dict[str, str]]:
 
 
 def test_the_changelist_filters_searches_and_offers_the_export(admin_client: Client, verdicts) -> None:
-    page = admin_client.get("/admin/chatbot/feedback/")
+    page = admin_client.get("/admin/chatbot/feedback/", HTTP_ACCEPT_LANGUAGE="en")
     assert page.status_code == 200
     html = page.content.decode()
     assert "/admin/chatbot/feedback/export.csv?" in html and "Export CSV" in html
@@ -465,7 +465,7 @@ def test_the_export_is_for_staff_only(client: Client, verdicts) -> None:
 
 
 def test_the_score_filter_speaks_of_thumbs_and_ratings(admin_client: Client, verdicts) -> None:
-    page = admin_client.get("/admin/chatbot/feedback/")
+    page = admin_client.get("/admin/chatbot/feedback/", HTTP_ACCEPT_LANGUAGE="en")
     html = page.content.decode()
     assert "👎 down" in html and "👍 up" in html and "4/5" in html
     down = admin_client.get("/admin/chatbot/feedback/", {"score": "down"})

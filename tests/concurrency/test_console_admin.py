@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -175,3 +177,18 @@ def test_the_console_counts_skipped_auxiliary_calls_per_kind(client, admin_user)
     get_manager().auxiliary_skipped("summary")
     html = client.get(CONSOLE).content.decode()
     assert '<strong data-cc="skipped">planner 1, summary 1</strong>' in html
+
+
+@pytest.mark.parametrize(
+    ("language", "live", "mode"), [("en", "live · {time}", "priority"), ("zh-hant", "即時 · {time}", "優先")]
+)
+def test_the_console_carries_its_scripts_words_in_the_admin_language(
+    client, admin_user, language: str, live: str, mode: str
+) -> None:
+    page = client.get(CONSOLE, HTTP_ACCEPT_LANGUAGE=language)
+    carried = re.search(r'id="concurrency-console-words"[^>]*>(.*?)</script>', page.content.decode())
+    assert carried, "the page carries no words for its script"
+    words = json.loads(carried.group(1))
+    assert words["live · {time}"] == live
+    assert words["mode priority"] == mode
+    assert words["{seconds} s ago"].count("{seconds}") == 1

@@ -10,6 +10,12 @@
   const statusUrl = root.dataset.statusUrl;
   const backends = root.dataset.backends.split(",");
   const SVG = "http://www.w3.org/2000/svg";
+  // The page's words in the admin's language, by their English; {name} placeholders are filled here.
+  const wordsElement = document.getElementById("concurrency-console-words");
+  const WORDS = wordsElement ? JSON.parse(wordsElement.textContent) : {};
+  const t = (text, values) => (WORDS[text] || text).replace(/\{(\w+)\}/g, (whole, name) =>
+    values && name in values ? String(values[name]) : whole);
+  const named = (kind, value) => { const key = kind + " " + value; return key in WORDS ? WORDS[key] : value; };
   const series = {}; // backend -> chart name -> [values]
   let previous = null; // {time, backends: {name: {total_timeout, total_rejected}}}
 
@@ -78,8 +84,9 @@
       ? limits.map((v, i) => (HISTORY - limits.length + i) + "," + y(v)).join(" ") : "");
     const last = values.length ? values[values.length - 1] : 0;
     const peak = values.length ? Math.max(...values) : 0;
-    setText(figure.querySelector("figcaption b"), fmt(last) + " (max " + fmt(peak) + ")");
-    svg.setAttribute("aria-label", figure.dataset.chart + ": now " + fmt(last) + ", max " + fmt(peak));
+    setText(figure.querySelector("figcaption b"), t("{now} (max {peak})", { now: fmt(last), peak: fmt(peak) }));
+    const chart = figure.querySelector("figcaption").firstChild.textContent.trim() || figure.dataset.chart;
+    svg.setAttribute("aria-label", t("{chart}: now {now}, max {peak}", { chart: chart, now: fmt(last), peak: fmt(peak) }));
   }
 
   function renderBackends(status) {
@@ -133,26 +140,26 @@
   function renderWorkers(status) {
     const rows = status.workers.map((w) => {
       const tr = document.createElement("tr");
-      tr.appendChild(cell(w.worker_id + (w.worker_id === status.worker.worker_id ? " (this one)" : ""), "cc-id"));
+      tr.appendChild(cell(w.worker_id === status.worker.worker_id ? t("{worker} (this one)", { worker: w.worker_id }) : w.worker_id, "cc-id"));
       tr.appendChild(cell(localTime(w.started_at)));
       const behind = w.settings_version !== status.settings.version;
       tr.appendChild(cell(w.settings_version == null ? "–" : "v" + w.settings_version, behind ? "stale" : ""));
       backends.forEach((b) => {
         const s = (w.manager.backends || {})[b];
-        tr.appendChild(cell(s ? s.in_progress + "/" + s.limit + (s.waiting ? " +" + s.waiting + " waiting" : "") : "–"));
+        tr.appendChild(cell(s ? s.in_progress + "/" + s.limit + (s.waiting ? " " + t("+{count} waiting", { count: s.waiting }) : "") : "–"));
       });
       const age = Math.max(0, status.server_time - w.updated_at);
-      tr.appendChild(cell(age < 1 ? "now" : fmt(age, 0) + " s ago", age > 3 ? "stale" : ""));
+      tr.appendChild(cell(age < 1 ? t("now") : t("{seconds} s ago", { seconds: fmt(age, 0) }), age > 3 ? "stale" : ""));
       return tr;
     });
-    replaceRows(q(root, "worker-rows"), rows, backends.length + 4, "no worker reported");
+    replaceRows(q(root, "worker-rows"), rows, backends.length + 4, t("no worker reported"));
   }
 
   function renderQueues(status) {
     const manager = status.worker.manager;
     setText(q(root, "mode-note"), manager.mode === "priority"
-      ? "priority mode · starvation boost after " + manager.starvation_threshold + " s"
-      : "FIFO mode");
+      ? t("priority mode · starvation boost after {seconds} s", { seconds: manager.starvation_threshold })
+      : t("FIFO mode"));
     const rows = [];
     backends.forEach((b) => {
       status.workers.forEach((w) => {
@@ -160,15 +167,15 @@
         (s ? s.queue_head : []).forEach((entry) => {
           const tr = document.createElement("tr");
           tr.appendChild(cell(b));
-          tr.appendChild(cell(entry.request_id || "(no request)", "cc-id"));
-          tr.appendChild(cell(String(entry.priority) + (entry.boosted ? " boosted" : ""), entry.boosted ? "cc-boost" : ""));
-          tr.appendChild(cell(fmt(entry.waited_ms, 0) + " ms"));
+          tr.appendChild(cell(entry.request_id || t("(no request)"), "cc-id"));
+          tr.appendChild(cell(entry.boosted ? t("{priority} boosted", { priority: entry.priority }) : String(entry.priority), entry.boosted ? "cc-boost" : ""));
+          tr.appendChild(cell(t("{ms} ms", { ms: fmt(entry.waited_ms, 0) })));
           tr.appendChild(cell(w.worker_id, "cc-id"));
           rows.push(tr);
         });
       });
     });
-    replaceRows(q(root, "queue-rows"), rows, 5, "nobody is waiting");
+    replaceRows(q(root, "queue-rows"), rows, 5, t("nobody is waiting"));
   }
 
   // answers given from the passages alone while the LLM failed, summed over workers (since each one started)
@@ -179,11 +186,11 @@
   // auxiliary LLM calls (planner, summary) skipped for want of a slot, per kind, summed over workers by the server
   function skippedCalls(status) {
     const parts = Object.entries(status.auxiliary_skipped || {}).map(([kind, count]) => kind + " " + count);
-    return parts.length ? parts.join(", ") : "none";
+    return parts.length ? parts.join(", ") : t("none");
   }
 
   function render(status) {
-    setText(q(root, "mode"), status.worker.manager.mode);
+    setText(q(root, "mode"), named("mode", status.worker.manager.mode));
     setText(q(root, "workers"), status.workers.length);
     setText(q(root, "version"), status.settings.version);
     setText(q(root, "live"), status.worker.manager.live_requests);
@@ -191,8 +198,11 @@
     setText(q(root, "skipped"), skippedCalls(status));
     const cluster = status.cluster;
     setText(q(root, "limit-scope"), cluster
-      ? "cluster-wide (" + (cluster.state === "redis" ? "Redis" : cluster.state + ": " + cluster.live_workers + " workers share it") + ")"
-      : "per worker");
+      ? t("cluster-wide ({state})", {
+        state: cluster.state === "redis" ? "Redis"
+          : t("{state}: {count} workers share it", { state: named("state", cluster.state), count: cluster.live_workers }),
+      })
+      : t("per worker"));
     renderBackends(status);
     renderWorkers(status);
     renderQueues(status);
@@ -215,14 +225,14 @@
         signal: controller.signal,
       });
       if (response.status === 403 || response.redirected) {
-        connection(false, "signed out: reload the page");
+        connection(false, t("signed out: reload the page"));
         return; // stop polling; a new session needs a reload anyway
       }
       if (!response.ok) throw new Error("HTTP " + response.status);
       render(await response.json());
-      connection(true, "live · " + CLOCK.format(new Date()));
+      connection(true, t("live · {time}", { time: CLOCK.format(new Date()) }));
     } catch (error) {
-      connection(false, "no answer (" + (error.name === "AbortError" ? "timeout" : error.message) + "), retrying");
+      connection(false, t("no answer ({error}), retrying", { error: error.name === "AbortError" ? t("timeout") : error.message }));
     } finally {
       clearTimeout(timer);
     }

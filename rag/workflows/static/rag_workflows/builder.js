@@ -548,8 +548,9 @@
     if (!type) classes.push("unknown-type");
     if (run && run.current === id) classes.push("running");
     if (run && run.visited.has(id)) classes.push("visited");
-    const label = `${id}, ${node.type}` + (state.graph.entry === id ? ", entry" : "") +
-      (problems.length ? `, ${problems.length} problem${problems.length > 1 ? "s" : ""}: ${problems.map((p) => p.message).join("; ")}` : "");
+    const label = `${id}, ${node.type}` + (state.graph.entry === id ? t(", entry") : "") +
+      (problems.length ? t(problems.length > 1 ? ", {count} problems: {messages}" : ", {count} problem: {messages}",
+        {count: problems.length, messages: problems.map((p) => p.message).join("; ")}) : "");
     const group = sv("g", {
       class: classes.join(" "), transform: `translate(${pos[0]},${pos[1]})`, "data-node": id, tabindex: "0",
       role: "button", "aria-label": label, "aria-pressed": selected ? "true" : "false",
@@ -565,7 +566,7 @@
     if (state.graph.entry === id) {
       group.append(sv("g", {class: "gb-entry", transform: "translate(8,-9)"}, [
         sv("rect", {x: 0, y: -8, width: 46, height: 16, rx: 8}),
-        sv("text", {x: 23, y: 4, "text-anchor": "middle", text: "▶ start"}),
+        sv("text", {x: 23, y: 4, "text-anchor": "middle", text: t("▶ start")}),
       ]));
     }
     if (run && run.visited.has(id)) {
@@ -949,7 +950,7 @@
       changed();
     });
     const range = [spec.minimum !== undefined ? "≥ " + spec.minimum : "", spec.maximum !== undefined ? "≤ " + spec.maximum : ""].filter(Boolean).join(", ");
-    const help = `${spec.description || ""} (${spec.type}${range ? ", " + range : ""}${spec.type === "list" ? ", one per line" : ""})`;
+    const help = `${spec.description ? t(spec.description) : ""} (${spec.type}${range ? ", " + range : ""}${spec.type === "list" ? t(", one per line") : ""})`;
     const wrap = field(name + (has ? " •" : ""), input, help);
     if (has && !ro) {
       wrap.append(el("button", {type: "button", class: "gb-link", text: t("reset to default"),
