@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import re
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from openai import AsyncOpenAI
+import httpx2  # the openai SDK's HTTP library: cast_to=httpx2.Response asks its post for the raw reply
+from openai import APIResponseValidationError, AsyncOpenAI
 from pydantic import BaseModel
 
 from rag.errors import UpstreamError
@@ -37,6 +39,7 @@ Message = Mapping[str, Any]
 _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
 # Roles that become Responses API `instructions` rather than input items.
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
+_MAX_TOKENS_FIELD: dict[str, str] = {"chat": "max_tokens", "responses": "max_output_tokens"}
 
 
 def _schema_name(name: str) -> str:
@@ -82,6 +85,71 @@ def _responses_args(
     if parts:
         args["instructions"] = "\n\n".join(parts)
     return args
+
+
+def _ask_for_schema(backend: ChatBackend, body: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
+    """Request strict structured output with ``schema``, where each API takes it."""
+    if backend == "chat":
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": schema, "strict": True},
+        }
+    else:
+        body["text"] = {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": True}}
+
+
+async def _post_json(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> Any:
+    """POST ``body`` as it is and decode the reply's JSON.
+
+    The SDK's low-level ``post`` with ``cast_to=httpx.Response``, as RawEventStream does for streams: the URL, auth,
+    timeouts and errors (APIStatusError, APIConnectionError, APITimeoutError) are the SDK's, but the body skips its
+    recursive params transform (the JSON schema included) and the reply builds no pydantic model.
+    """
+    response = await client.post(path, cast_to=httpx2.Response, body=body)
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        raise APIResponseValidationError(response, response.text, message="the reply is not JSON") from None
+
+
+def _read_reply(backend: ChatBackend, reply: Any) -> tuple[str, Usage]:
+    """The answer text and usage of a decoded reply (``choices[0].message.content`` / the Responses output text)."""
+    if not isinstance(reply, dict):
+        return "", Usage()
+    usage = reply.get("usage")
+    if backend == "chat":
+        choices = reply.get("choices")
+        message = choices[0].get("message") if isinstance(choices, list) and choices else None
+        content = message.get("content") if isinstance(message, dict) else None
+        text = content if isinstance(content, str) else ""
+        return text, chat_usage(usage) if isinstance(usage, dict) else Usage()
+    return _output_text(reply), responses_usage(usage) if isinstance(usage, dict) else Usage()
+
+
+def _output_text(response: dict[str, Any]) -> str:
+    """The SDK's ``Response.output_text``: every ``output_text`` part of every ``message`` output item, joined."""
+    texts: list[str] = []
+    for item in response.get("output") or ():
+        if isinstance(item, dict) and item.get("type") == "message":
+            for part in item.get("content") or ():
+                if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+    return "".join(texts)
+
+
+def _completed(text: str, usage: Usage, output: type[BaseModel] | None, report: Callable[..., None]) -> LLMResult:
+    """The result of an answered call, its output parsed into ``output``; reports the generation."""
+    parsed = None
+    if output is not None:
+        try:
+            parsed = parse_output(text, output)
+        except InvalidLLMOutput as exc:
+            exc.usage = usage
+            # Answered and paid for, but unusable: the generation keeps its usage and says why.
+            report(usage=usage, error=generation_error(exc))
+            raise
+    report(usage=usage)
+    return LLMResult(text=text, usage=usage, parsed=parsed)
 
 
 class LLMBackend:
@@ -234,46 +302,26 @@ class LLMBackend:
         cfg = self.config
         model = model or cfg.model_for(backend, node)
         client = self._client()
-        name = _schema_name(schema_name or f"{node}_output")
-        json_schema = output_schema(output) if output is not None else None
-        extra = dict(extra_body) if extra_body else None
+        body: dict[str, Any] = {"model": model}
         if backend == "chat":
-            kwargs: dict[str, Any] = {
-                "model": model,
-                "messages": _chat_messages(messages, instructions, input),
-                **self._sampling(node, temperature, max_tokens, "max_tokens"),
-            }
-            if json_schema is not None:
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": name, "schema": json_schema, "strict": True},
-                }
-
-            async def attempt() -> tuple[str, Usage]:
-                completion = await client.chat.completions.create(**kwargs, extra_body=extra)
-                text = (completion.choices[0].message.content or "") if completion.choices else ""
-                return text, chat_usage(completion.usage) if completion.usage else Usage()
-
+            path = "/chat/completions"
+            body["messages"] = _chat_messages(messages, instructions, input)
         elif backend == "responses":
-            kwargs = {
-                "model": model,
-                **_responses_args(messages, instructions, input),
-                **self._sampling(node, temperature, max_tokens, "max_output_tokens"),
-            }
-            if json_schema is not None:
-                kwargs["text"] = {
-                    "format": {"type": "json_schema", "name": name, "schema": json_schema, "strict": True}
-                }
-
-            async def attempt() -> tuple[str, Usage]:
-                response = await client.responses.create(**kwargs, extra_body=extra)
-                return response.output_text, responses_usage(response.usage) if response.usage else Usage()
-
+            path = "/responses"
+            body.update(_responses_args(messages, instructions, input))
         else:
             raise ValueError(f"unknown LLM backend {backend!r} (expected 'chat' or 'responses')")
+        body.update(self._sampling(node, temperature, max_tokens, _MAX_TOKENS_FIELD[backend]))
+        if output is not None:
+            _ask_for_schema(backend, body, _schema_name(schema_name or f"{node}_output"), output_schema(output))
+        if extra_body:
+            body.update(extra_body)
+
+        async def attempt() -> tuple[str, Usage]:
+            return _read_reply(backend, await _post_json(client, path, body))
+
         label = CallLabel(backend, node, model, "complete")
-        started = time.time()
-        report = functools.partial(report_generation, node=node, model=model, started=started, operation="complete")
+        report = functools.partial(report_generation, node=node, model=model, started=time.time(), operation="complete")
         try:
             text, usage = await self.policy.call(
                 label, attempt, total_timeout=total_timeout or cfg.total_timeout, slot=slot
@@ -281,18 +329,7 @@ class LLMBackend:
         except (Exception, asyncio.CancelledError) as exc:
             report(usage=None, error=generation_error(exc))
             raise
-        ended = time.time()
-        parsed = None
-        if output is not None:
-            try:
-                parsed = parse_output(text, output)
-            except InvalidLLMOutput as exc:
-                exc.usage = usage
-                # Answered and paid for, but unusable: the generation keeps its usage and says why.
-                report(usage=usage, ended=ended, error=generation_error(exc))
-                raise
-        report(usage=usage, ended=ended)
-        return LLMResult(text=text, usage=usage, parsed=parsed)
+        return _completed(text, usage, output, functools.partial(report, ended=time.time()))
 
     # ------------------------------------------------------------------ embeddings
 
