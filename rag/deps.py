@@ -74,7 +74,7 @@ class PipelineDeps:
     config: PipelineConfig = field(default_factory=PipelineConfig)
     rate_limiter: RateLimiter | None = None
     llm: Any = None  # an LLM backend when LLM_BASE_URL is configured; None means the offline rules
-    # Where LLM nodes get their prompts; None means the catalogue's built-in defaults (rag.llm_nodes.prompts).
+    # Where LLM nodes get their prompts; None means the catalogue's built-in defaults (rag.prompting.prompts).
     prompts: PromptProvider | None = None
     cache: Any = None  # the semantic cache, when enabled
     answer_stats: AnswerStats = field(default_factory=AnswerStats)  # counts shown in the console

@@ -39,7 +39,7 @@ from concurrency.manager import get_manager
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
-from rag.llm_nodes.prompts import RegistryPrompts
+from rag.prompting.prompts import RegistryPrompts
 from rag.ratelimit import RedisRateLimiter, SlidingWindowRateLimiter
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.retriever import StoreRetriever, default_mode

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rag.offline import messages
-from rag.offline.answers import answer_body
+from rag.rules import messages
+from rag.rules.answers import answer_body
 
 _CITATION_RE = re.compile(r"\[\d+\]")
 _SPACE_RE = re.compile(r"\s+")

@@ -20,7 +20,7 @@ from rag.deps import PromptProvider
 from rag.evaluation.metrics import AnswerRecord
 from rag.events import Event
 from rag.llm.structured import StructuredOutput
-from rag.llm_nodes import calls
+from rag.prompting import calls
 from rag.retrieval.loaders import SquadQuestion
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.state import PipelineState

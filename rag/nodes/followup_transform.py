@@ -15,9 +15,9 @@ from typing import Any
 from rag.deps import PipelineDeps
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
-from rag.llm_nodes.followup import SCRIPT, followup_mode
-from rag.llm_nodes.sources import previous_answer_chunks
-from rag.offline.transforms import split_answer, transform_previous_answer
+from rag.prompting.followup import SCRIPT, followup_mode
+from rag.prompting.sources import previous_answer_chunks
+from rag.rules.transforms import split_answer, transform_previous_answer
 from rag.state import PipelineState
 
 NAME = "followup_transform"

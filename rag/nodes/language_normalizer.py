@@ -17,9 +17,9 @@ from typing import Any
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
 from rag.events import StatusPayload, StreamWriter
-from rag.llm_nodes import calls
-from rag.llm_nodes.followup import TARGET_NAMES
-from rag.llm_nodes.prompts import TRANSLATOR
+from rag.prompting import calls
+from rag.prompting.followup import TARGET_NAMES
+from rag.prompting.prompts import TRANSLATOR
 from rag.state import PipelineState, Turn
 from rag.text.language import (
     EN,

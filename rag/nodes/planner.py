@@ -20,10 +20,10 @@ from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
 from rag.llm.policy import SlotTerms
 from rag.llm.structured import StructuredOutput, output_schema
-from rag.llm_nodes import calls
-from rag.llm_nodes.followup import canonical_instruction
-from rag.llm_nodes.prompts import PLANNER
-from rag.offline.planner_rules import (
+from rag.prompting import calls
+from rag.prompting.followup import canonical_instruction
+from rag.prompting.prompts import PLANNER
+from rag.rules.planner_rules import (
     CONVERSATION_FOLLOWUP,
     OUT_OF_SCOPE,
     ROUTE_DIRECT,

@@ -17,9 +17,9 @@ from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
 from rag.llm.errors import InvalidLLMOutput
 from rag.llm.structured import StructuredOutput, output_schema
-from rag.llm_nodes import calls
-from rag.llm_nodes.prompts import QUERY_REWRITER, QUERY_VARIATION
-from rag.offline.queries import MAX_QUERIES, build_queries
+from rag.prompting import calls
+from rag.prompting.prompts import QUERY_REWRITER, QUERY_VARIATION
+from rag.rules.queries import MAX_QUERIES, build_queries
 from rag.state import PipelineState, Turn
 from rag.text.language import ZH_HANS, detect_language, is_chinese, to_traditional
 

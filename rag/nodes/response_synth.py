@@ -27,15 +27,15 @@ from rag.engine import NodeType, ParamSpec
 from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
 from rag.events import StreamWriter
 from rag.llm.policy import SlotTerms
-from rag.llm_nodes import calls
-from rag.llm_nodes.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, canonical_instruction, followup_mode
-from rag.llm_nodes.prompts import CONVERSATION_SUMMARIZER, TRANSLATOR, UNIFIED_AGENT
-from rag.llm_nodes.sources import cited_sources, number_sources, sources_prompt
 from rag.nodes._streaming import stream_text
-from rag.offline import answers, messages
-from rag.offline.followup import ELABORATE, SHORTEN, SUMMARIZE
-from rag.offline.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
-from rag.offline.transforms import split_answer, transform_previous_answer
+from rag.prompting import calls
+from rag.prompting.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, canonical_instruction, followup_mode
+from rag.prompting.prompts import CONVERSATION_SUMMARIZER, TRANSLATOR, UNIFIED_AGENT
+from rag.prompting.sources import cited_sources, number_sources, sources_prompt
+from rag.rules import answers, messages
+from rag.rules.followup import ELABORATE, SHORTEN, SUMMARIZE
+from rag.rules.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
+from rag.rules.transforms import split_answer, transform_previous_answer
 from rag.state import Attachment, PipelineState, RetrievedChunk, Usage
 from rag.stats import AnswerStats
 from rag.text.language import OTHER

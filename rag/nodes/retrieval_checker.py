@@ -12,8 +12,8 @@ from typing import Any
 from rag.deps import PipelineDeps
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
-from rag.offline.planner_rules import FORM_INTENTS
-from rag.offline.terms import overlap, query_characters, query_terms, text_terms
+from rag.rules.planner_rules import FORM_INTENTS
+from rag.rules.terms import overlap, query_characters, query_terms, text_terms
 from rag.state import PipelineState
 
 NAME = "retrieval_checker"

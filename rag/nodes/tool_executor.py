@@ -5,7 +5,7 @@ calibration; a chunk found by several queries rises. Each chunk keeps the retrie
 what `retrieval_checker` judges: an RRF score says how the lists agree, not how relevant the top chunk is.
 
 Chunks of an article titled (or a section headed) with the user's question, in other words, go first
-(`rag.offline.asked`): the question a help article is named after is the one it answers, however many words
+(`rag.rules.asked`): the question a help article is named after is the one it answers, however many words
 another article shares with the question.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 from rag.deps import PipelineDeps, Retriever
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
-from rag.offline.asked import titles_asking
-from rag.offline.planner_rules import FORM_INTENTS
-from rag.offline.terms import text_terms
+from rag.rules.asked import titles_asking
+from rag.rules.planner_rules import FORM_INTENTS
+from rag.rules.terms import text_terms
 from rag.state import PipelineState, RetrievedChunk
 from rag.text.language import EN, ZH_HANS, ZH_HANT
 

@@ -42,9 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rag.offline.terms import strip_question_words
 from rag.retrieval.embedding import AsyncEmbedder, Embedder
 from rag.retrieval.store import IndexVersion
+from rag.rules.terms import strip_question_words
 from rag.semcache.guard import DEFAULT_KEY_TERMS, REASONS, KeyTerms, disagreement, features, question_normalize
 from rag.semcache.index import CacheIndex, QdrantCacheIndex
 

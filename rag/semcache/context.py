@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from rag.offline.followup import is_followup
-from rag.offline.terms import content_phrases, query_terms
+from rag.rules.followup import is_followup
+from rag.rules.terms import content_phrases, query_terms
 from rag.state import Turn
 from rag.text.tokenize import normalize
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from rag.offline.terms import strip_question_words
+from rag.rules.terms import strip_question_words
 from rag.text.tokenize import EN_STOPWORDS
 
 # Reasons a candidate is rejected (also the keys of the per-reason counters in `SemanticCache.stats()`).

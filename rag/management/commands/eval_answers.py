@@ -93,7 +93,7 @@ class Command(BaseCommand):
                 llm=llm,
             )
             if llm is not None:
-                from rag.llm_nodes.prompts import RegistryPrompts
+                from rag.prompting.prompts import RegistryPrompts
 
                 deps.prompts = RegistryPrompts()
             summary = asyncio.run(_evaluate(squad, questions, deps, store, embedder, judge=options["judge"]))

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from rag.evaluation.metrics import AnswerRecord, holds_any, summarize
 from rag.models import AnswerEvaluation
-from rag.offline import messages
+from rag.rules import messages
 
 
 def record(

@@ -11,7 +11,7 @@ import pytest
 from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
-from rag.llm_nodes.prompts import CataloguePrompts
+from rag.prompting.prompts import CataloguePrompts
 from tests.rag.llm.conftest import (  # noqa: F401 - fixtures, used by name
     SIM_FLAGS,
     attempts,

@@ -11,9 +11,9 @@ from rag.deps import PipelineDeps
 from rag.engine import compile_workflow
 from rag.events import EventChannel, StreamWriter
 from rag.llm import LLMBackend
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes import build_registry
 from rag.nodes.cache_response import CacheResponse
+from rag.prompting.prompts import CataloguePrompts
 from rag.state import STATE_FIELDS, PipelineState, Turn
 from rag.workflows.default import default_workflow
 from tests.rag.llm.conftest import BackendFactory

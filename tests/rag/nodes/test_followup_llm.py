@@ -4,9 +4,9 @@ Traditional <-> Simplified stays offline."""
 from __future__ import annotations
 
 from concurrency.simulator.testing import SimulatorProcess
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.followup_transform import FollowupTransform
 from rag.nodes.response_synth import ResponseSynth
+from rag.prompting.prompts import CataloguePrompts
 from rag.state import PipelineState
 from tests.rag.llm.conftest import BackendFactory
 from tests.rag.nodes.support import answer_text, drain, history, make_state, make_writer

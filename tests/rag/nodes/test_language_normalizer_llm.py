@@ -4,8 +4,8 @@ translation keeps the question as asked and says so."""
 from __future__ import annotations
 
 from concurrency.simulator.testing import SimulatorProcess
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.language_normalizer import LanguageNormalizer
+from rag.prompting.prompts import CataloguePrompts
 from tests.rag.llm.conftest import BackendFactory
 from tests.rag.nodes.support import drain, make_state, make_writer
 

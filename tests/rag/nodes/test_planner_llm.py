@@ -12,8 +12,8 @@ from concurrency.context import request_scope
 from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PromptSnapshot
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.planner import PLAN_SCHEMA, Planner
+from rag.prompting.prompts import CataloguePrompts
 from rag.state import SkippedStep
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, until
 from tests.rag.nodes.conftest import CannedFactory

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from concurrency.simulator.testing import SimulatorProcess
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.query_builder import VARIATION_SCHEMA, QueryBuilder
+from rag.prompting.prompts import CataloguePrompts
 from tests.rag.llm.conftest import BackendFactory
 from tests.rag.nodes.conftest import CannedFactory
 from tests.rag.nodes.support import drain, history, make_state, make_writer

@@ -12,9 +12,9 @@ from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig
 from rag.errors import UpstreamError
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.response_synth import ResponseSynth
-from rag.offline import messages
+from rag.prompting.prompts import CataloguePrompts
+from rag.rules import messages
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, until
 from tests.rag.nodes.support import answer_text, drain, history, make_state, make_writer

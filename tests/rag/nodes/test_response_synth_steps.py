@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes.response_synth import ResponseSynth
+from rag.prompting.prompts import CataloguePrompts
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import build_index
 from rag.retrieval.markdown import load_markdown_file

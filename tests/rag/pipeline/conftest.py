@@ -13,8 +13,8 @@ from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.events import TERMINAL_CHANNELS, Event
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes import build_registry
+from rag.prompting.prompts import CataloguePrompts
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.workflows.default import default_workflow
 from tests.rag.llm.conftest import attempts, manager, wait_idle  # noqa: F401 - fixtures, used by name

@@ -17,8 +17,8 @@ from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes import build_registry
+from rag.prompting.prompts import CataloguePrompts
 from rag.runtime import PipelineRuntime
 from rag.semcache.cache import SemanticCache, build_semantic_cache
 from rag.semcache.models import CacheEntry

@@ -12,9 +12,9 @@ from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes import build_registry
-from rag.offline import messages
+from rag.prompting.prompts import CataloguePrompts
+from rag.rules import messages
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.state import Turn
 from rag.workflows.default import default_workflow

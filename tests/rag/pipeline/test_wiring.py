@@ -13,7 +13,7 @@ from concurrency.live.apply import settings_apply, settings_forget
 from concurrency.live.snapshot import SettingsSnapshot
 from concurrency.manager import LLMConcurrencyManager, get_manager, set_manager
 from rag.llm import LLMBackend
-from rag.llm_nodes.prompts import RegistryPrompts
+from rag.prompting.prompts import RegistryPrompts
 from rag.wiring import build_deps, configure_concurrency_manager, parse_node_map
 
 # building the dependencies opens the store, which reads the database

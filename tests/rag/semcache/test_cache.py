@@ -232,7 +232,7 @@ async def test_a_broken_index_raises_so_the_node_answers_without_the_cache(seman
 
 
 async def test_entries_are_tagged_with_the_answer_prompts_production_version():
-    from rag.llm_nodes.prompts import CataloguePrompts
+    from rag.prompting.prompts import CataloguePrompts
     from rag.semcache.cache import registry_prompt_version
 
     # the catalogue default is version 0; the registry serves the version holding the production label

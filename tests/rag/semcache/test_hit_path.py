@@ -12,8 +12,8 @@ from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineDeps
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
-from rag.llm_nodes.prompts import CataloguePrompts
 from rag.nodes import build_registry
+from rag.prompting.prompts import CataloguePrompts
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.retriever import StoreRetriever
 from rag.runtime import AskRequest, PipelineRuntime

@@ -1,4 +1,4 @@
-from rag.offline.terms import content_phrases, overlap, query_terms, split_sentences, strip_question_words, text_terms
+from rag.rules.terms import content_phrases, overlap, query_terms, split_sentences, strip_question_words, text_terms
 
 
 def test_chinese_question_scaffolding_is_removed():

@@ -1,7 +1,7 @@
 import pytest
 
-from rag.offline import followup
-from rag.offline.followup import is_followup, transform_instruction
+from rag.rules import followup
+from rag.rules.followup import is_followup, transform_instruction
 
 
 @pytest.mark.parametrize(

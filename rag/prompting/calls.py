@@ -10,7 +10,7 @@ from rag.deps import PromptProvider, PromptSnapshot
 from rag.errors import Busy, PipelineAbort, SlotUnavailable, UpstreamTimeout
 from rag.events import StreamWriter
 from rag.llm.errors import InvalidLLMOutput
-from rag.llm_nodes.prompts import CataloguePrompts
+from rag.prompting.prompts import CataloguePrompts
 from rag.state import PipelineState, SkippedStep, Turn, Usage
 
 logger = logging.getLogger(__name__)

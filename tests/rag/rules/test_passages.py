@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from rag.offline.passages import answer_sentences, without_headings
-from rag.offline.terms import split_sentences
 from rag.retrieval.chunking import chunk_document
 from rag.retrieval.markdown import load_markdown_dir
+from rag.rules.passages import answer_sentences, without_headings
+from rag.rules.terms import split_sentences
 from rag.state import RetrievedChunk
 from tests.rag.chunk_fixtures import WITHDRAWAL_FAQ_ZH
 

@@ -1,6 +1,6 @@
 from dataclasses import replace
 
-from rag.offline import answers
+from rag.rules import answers
 from tests.rag.chunk_fixtures import (
     ENROL_EN,
     FORM_ACCOUNT,

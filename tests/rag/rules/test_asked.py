@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from rag.nodes.tool_executor import ToolExecutor, fuse
-from rag.offline import answers
-from rag.offline.asked import asks_the_question
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import build_index
 from rag.retrieval.markdown import document_from_text
 from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.store import VectorStore
+from rag.rules import answers
+from rag.rules.asked import asks_the_question
 from rag.state import RetrievedChunk
 from tests.rag.nodes.support import make_state, make_writer
 

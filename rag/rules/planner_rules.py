@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rag.offline.followup import ELABORATE, transform_instruction
+from rag.rules.followup import ELABORATE, transform_instruction
 from rag.text.tokenize import normalize
 
 SIMPLE_FAQ = "simple_faq"

@@ -1,6 +1,6 @@
 import pytest
 
-from rag.offline.planner_rules import (
+from rag.rules.planner_rules import (
     CONVERSATION_FOLLOWUP,
     FORM_DOWNLOAD,
     FORM_EXPORT,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rag.offline import answers
 from rag.retrieval.chunking import chunk_document
 from rag.retrieval.markdown import document_from_text, load_markdown_file
+from rag.rules import answers
 from rag.state import RetrievedChunk
 
 DEMO = Path(__file__).resolve().parents[3] / "rag" / "corpus" / "demo"
@@ -123,7 +123,7 @@ def test_a_sentence_announcing_a_list_that_is_not_there_is_left_out(
 
 
 def test_a_sentence_that_only_mentions_an_age_limit_is_no_announcement() -> None:
-    from rag.offline.passages import announces_list
+    from rag.rules.passages import announces_list
 
     assert announces_list("請依下列順序檢查。") and announces_list("Check the following in order.")
     assert not announces_list("未滿 18 歲以下者須由家長同意。")

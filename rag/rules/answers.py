@@ -10,12 +10,12 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from rag.offline import messages
-from rag.offline.asked import titles_asking
-from rag.offline.passages import Block, Sentence, announces_list, answer_sentences
-from rag.offline.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
-from rag.offline.terms import query_terms, split_sentences, text_terms
 from rag.retrieval.chunking import ChunkingConfig
+from rag.rules import messages
+from rag.rules.asked import titles_asking
+from rag.rules.passages import Block, Sentence, announces_list, answer_sentences
+from rag.rules.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
+from rag.rules.terms import query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
 from rag.text.question_words import question_kind
 

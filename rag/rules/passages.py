@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rag.offline.terms import split_sentences
 from rag.retrieval.chunking import ChunkingConfig, text_units
+from rag.rules.terms import split_sentences
 from rag.state import RetrievedChunk
 
 _SEPARATOR = ChunkingConfig().heading_separator

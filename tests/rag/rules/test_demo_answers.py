@@ -10,7 +10,7 @@ import pytest
 
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.nodes import build_registry
-from rag.offline.answers import answer_body
+from rag.rules.answers import answer_body
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.state import PipelineState
 from rag.workflows.default import default_workflow

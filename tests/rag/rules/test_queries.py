@@ -1,4 +1,4 @@
-from rag.offline.queries import STRATEGY_KEY_TERMS, STRATEGY_QUESTION, STRATEGY_TITLE, build_queries
+from rag.rules.queries import STRATEGY_KEY_TERMS, STRATEGY_QUESTION, STRATEGY_TITLE, build_queries
 
 
 def test_first_pass_searches_the_question_and_its_core_for_chinese():

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from rag.offline import answers
-from rag.offline.procedures import is_step_heading, step_sections
-from tests.rag.offline.test_answers_complete import demo_chunks
+from rag.rules import answers
+from rag.rules.procedures import is_step_heading, step_sections
+from tests.rag.rules.test_answers_complete import demo_chunks
 
 ZH_LABELS = ["第一步：確認課程是否真的「已完成」", "第二步：查看上傳狀態", "第三步：確認是否使用了另一個帳號"]
 EN_LABELS = ['Step 1: Is the course really "Completed"?', "Step 2: Check the reporting status"]

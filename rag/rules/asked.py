@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rag.offline.terms import query_terms, text_terms
 from rag.retrieval.chunking import ChunkingConfig
+from rag.rules.terms import query_terms, text_terms
 from rag.state import RetrievedChunk
 from rag.text.question_words import question_kind
 

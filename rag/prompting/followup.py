@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rag.offline import followup
-from rag.offline.transforms import split_answer
+from rag.rules import followup
+from rag.rules.transforms import split_answer
 from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language
 
 SCRIPT = "script"

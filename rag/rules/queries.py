@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rag.offline.followup import ELABORATE, leans_on_context
-from rag.offline.terms import content_phrases, strip_question_words
+from rag.rules.followup import ELABORATE, leans_on_context
+from rag.rules.terms import content_phrases, strip_question_words
 from rag.text.language import is_chinese
 
 MAX_QUERIES = 3

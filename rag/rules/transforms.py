@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from rag.offline import followup, messages
-from rag.offline.answers import sources_block
-from rag.offline.terms import split_sentences
+from rag.rules import followup, messages
+from rag.rules.answers import sources_block
+from rag.rules.terms import split_sentences
 from rag.state import Source
 from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language, to_simplified_async, to_traditional_async
 

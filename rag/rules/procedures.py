@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rag.offline.passages import Block, passage_blocks
-from rag.offline.terms import query_terms, text_terms
 from rag.retrieval.chunking import ChunkingConfig
+from rag.rules.passages import Block, passage_blocks
+from rag.rules.terms import query_terms, text_terms
 from rag.state import RetrievedChunk
 
 _SEPARATOR = ChunkingConfig().heading_separator

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from rag.offline.terms import content_phrases
+from rag.rules.terms import content_phrases
 from rag.text.tokenize import normalize
 
 # Instructions a transform of the previous answer can carry out.

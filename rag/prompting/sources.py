@@ -11,8 +11,8 @@ import mimetypes
 import re
 from dataclasses import dataclass, field
 
-from rag.offline.answers import form_download_url
-from rag.offline.terms import split_sentences
+from rag.rules.answers import form_download_url
+from rag.rules.terms import split_sentences
 from rag.state import Attachment, RetrievedChunk, Source
 
 _CITATION_RE = re.compile(r"\[(\d{1,3})\]")

@@ -1,5 +1,5 @@
-from rag.offline import followup
-from rag.offline.transforms import split_answer, transform_previous_answer
+from rag.rules import followup
+from rag.rules.transforms import split_answer, transform_previous_answer
 
 PREVIOUS = (
     "忘記密碼時可以自行重設[1]。在登入頁面點選「忘記密碼」[1]。連結有效時間為 30 分鐘[1]。帳號會被鎖住 15 分鐘[2]。"
