@@ -18,10 +18,11 @@ An entry names its producer (`producer_of`): after a change of model, backend or
 prompt's version for a prompt change, old answers are misses at once and the purge deletes them.
 
 Nothing the hit path does touches the database: the answer and its sources are in the vector's payload, and hits
-are counted in memory and written in batches by the writer thread. Stores are queued (bounded; a full queue drops
-the store and counts it) and written by the same thread, vectors first and then rows, so the end of a stream
-never waits for them. The thread also flushes hit counters every `flush_interval` seconds and purges expired,
-stale and orphaned entries every `purge_interval` seconds.
+are counted in memory and written in batches by the writer thread (the project's `WriterThread`, started at the
+first store or hit). Stores are queued (bounded; a full queue drops the store and counts it) and written by the
+same thread in batches, vectors first and then rows, so the end of a stream never waits for them. The thread also
+flushes hit counters every `flush_interval` seconds and purges expired, stale and orphaned entries every
+`purge_interval` seconds (and as soon as lookups see a new index version).
 
 Defaults were measured on hand-written paraphrases of the demo help centre (docs/benchmarks/semantic_cache.md):
 with the offline lexical embedding, `threshold` 0.65 keeps 94% of the paraphrases of one set and 91% of a
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from concurrency.writer_thread import WriterThread
 from rag.retrieval.embedding import AsyncEmbedder, Embedder
 from rag.retrieval.store import IndexVersion
 from rag.rules.terms import strip_question_words
@@ -136,9 +137,6 @@ class _StoreJob:
     vector: list[float] | None  # a network embedder's vector, awaited on the loop; None: embed in the writer
 
 
-_STOP = object()
-
-
 class SemanticCache:
     def __init__(
         self,
@@ -182,8 +180,19 @@ class SemanticCache:
         self._producers = producers
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=LOOKUP_THREADS, thread_name_prefix="semantic-cache")
-        self._queue: queue.Queue[_StoreJob | object] = queue.Queue(maxsize=max_pending_writes)
-        self._thread: threading.Thread | None = None
+        self._writer: WriterThread[_StoreJob] = WriterThread(
+            name="semantic-cache-writer",
+            queue_size=max_pending_writes,
+            handle_batch=self._write,
+            batch_size=write_batch,
+            tick=self._background_work,
+            tick_after=min(flush_interval, purge_interval),
+            # CONN_MAX_AGE = 0 is honoured per unit of work, as a request would.
+            after=_close_old_connections,
+            start=False,
+        )
+        self._next_flush = 0.0  # monotonic times, set when the writer starts
+        self._next_purge = 0.0
         self._thread_lock = threading.Lock()
         self._closed = False
         # Counters and pending hits are touched from lookup threads, the writer thread and stats readers.
@@ -250,11 +259,9 @@ class SemanticCache:
             vector=vector,
         )
         self._ensure_writer()
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
+        if not self._writer.submit(job) and not self._closed:
             self._count("store_dropped")
-            logger.warning("semantic cache: %d writes pending, an answer was not cached", self._queue.maxsize)
+            logger.warning("semantic cache: %d writes pending, an answer was not cached", self._writer.queue_size)
 
     # --- lookups -----------------------------------------------------------------------------------------------
 
@@ -312,57 +319,27 @@ class SemanticCache:
     # --- the writer thread -------------------------------------------------------------------------------------
 
     def _ensure_writer(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self._writer.started:
             return
         with self._thread_lock:
-            if self._closed or (self._thread is not None and self._thread.is_alive()):
+            if self._closed or self._writer.started:
                 return
-            self._thread = threading.Thread(target=self._run, name="semantic-cache-writer", daemon=True)
-            self._thread.start()
+            now = time.monotonic()
+            self._next_flush = now + self._flush_interval
+            self._next_purge = now + self._purge_interval
+            self._writer.start()
 
-    def _run(self) -> None:
-        from django.db import close_old_connections
-
-        next_flush = time.monotonic() + self._flush_interval
-        next_purge = time.monotonic() + self._purge_interval
-        stopping = False
-        while not stopping:
-            batch: list[_StoreJob] = []
-            try:
-                job = self._queue.get(timeout=max(0.0, min(next_flush, next_purge) - time.monotonic()))
-            except queue.Empty:
-                job = None
-            taken = 0 if job is None else 1
-            while job is not None:
-                if job is _STOP:
-                    stopping = True
-                    break
-                assert isinstance(job, _StoreJob)
-                batch.append(job)
-                if len(batch) >= self._write_batch:
-                    break
-                try:
-                    job = self._queue.get_nowait()
-                    taken += 1
-                except queue.Empty:
-                    job = None
-            try:
-                if batch:
-                    self._write(batch)
-                now = time.monotonic()
-                if now >= next_flush or stopping:
-                    self.flush_hits()
-                    next_flush = now + self._flush_interval
-                if now >= next_purge or self._index_moved():
-                    self.purge()
-                    next_purge = now + self._purge_interval
-            except Exception:
-                logger.exception("semantic cache: background work failed")
-            finally:
-                # CONN_MAX_AGE = 0 is honoured per unit of work, as a request would.
-                close_old_connections()
-                for _ in range(taken):
-                    self._queue.task_done()
+    def _background_work(self, stopping: bool) -> float:
+        """The writer's tick: hit counters every `flush_interval` and as it stops, the purge every `purge_interval`
+        or as soon as the index moved; returns the seconds until the next is due."""
+        now = time.monotonic()
+        if now >= self._next_flush or stopping:
+            self.flush_hits()
+            self._next_flush = now + self._flush_interval
+        if now >= self._next_purge or self._index_moved():
+            self.purge()
+            self._next_purge = now + self._purge_interval
+        return max(0.0, min(self._next_flush, self._next_purge) - time.monotonic())
 
     def _write(self, batch: Sequence[_StoreJob]) -> None:
         from rag.semcache.services import NewEntry
@@ -523,14 +500,7 @@ class SemanticCache:
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Block until every queued store is written (tests, benchmarks, shutdown); False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._queue.all_tasks_done:
-            while self._queue.unfinished_tasks:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._queue.all_tasks_done.wait(remaining)
-        return True
+        return self._writer.drain(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, flush the hit counters and stop the writer thread (deps.close() calls this)."""
@@ -538,13 +508,8 @@ class SemanticCache:
             if self._closed:
                 return
             self._closed = True
-            thread = self._thread
-        if thread is not None and thread.is_alive():
-            try:
-                self._queue.put(_STOP, timeout=timeout)
-            except queue.Full:
-                logger.warning("semantic cache: writer did not drain in %.1fs; queued answers are lost", timeout)
-            thread.join(timeout)
+        if not self._writer.close(timeout):
+            logger.warning("semantic cache: writer did not drain in %.1fs; queued answers are lost", timeout)
         self._executor.shutdown(wait=False)
         deactivate(self)
 
@@ -569,7 +534,7 @@ class SemanticCache:
             "store_full": counts.get("store_full", 0),
             "errors": counts.get("errors", 0),
             "purged": counts.get("purged", 0),
-            "pending_writes": self._queue.qsize(),
+            "pending_writes": self._writer.pending,
             "pending_hits": pending_hits,
             "last_purge_at": last_purge,
             "threshold": self.threshold,
@@ -579,6 +544,12 @@ class SemanticCache:
     def _count(self, name: str, amount: int = 1) -> None:
         with self._lock:
             self._counts[name] += amount
+
+
+def _close_old_connections() -> None:
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 def _outdated(payload: dict[str, Any], version: IndexVersion) -> bool:
