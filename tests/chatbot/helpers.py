@@ -15,6 +15,10 @@ HOST = (b"host", b"localhost")
 # The first question of a test run opens the store and compiles the graph; later ones take milliseconds.
 FIRST_EVENT_TIMEOUT = 20.0
 EVENT_TIMEOUT = 5.0
+# A disconnect must cancel a `slow_answers` run at once. The bound is the behaviour under test, set generous for a
+# loaded machine yet below the seconds such an answer takes to end by itself; the run's `cancelled` terminal (not a
+# `meta_summary`) is what shows it was stopped rather than finished.
+CANCELLED_WITHIN = 3.0
 STREAM_CHAT = "/api/v1/rag/ask/stream_chat"
 QUESTION = "How do I reset my password?"
 

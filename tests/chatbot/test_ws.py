@@ -14,6 +14,7 @@ from chatbot.models import Conversation, Message
 from chatbot.streaming import pending_records
 from concurrency.simulator.testing import SimulatorProcess
 from tests.chatbot.helpers import (
+    CANCELLED_WITHIN,
     EVENT_TIMEOUT,
     FIRST_EVENT_TIMEOUT,
     application,
@@ -23,6 +24,7 @@ from tests.chatbot.helpers import (
     ws_events,
 )
 from tests.concurrency.llm_app import (
+    FREED_WITHIN,
     STALLED_ANSWER,
     LLMApp,
     chat_stats,
@@ -173,12 +175,11 @@ async def test_closing_the_socket_cancels_the_running_exchange(slow_answers: Non
     await communicator.send_json_to({"type": "ask", "question": "How do I reset my password?"})
     while (await communicator.receive_json_from(timeout=20))["channel"] != "answer":
         pass
-    started = time.monotonic()
     await communicator.disconnect()
     run = opened_exchanges[0].run
-    await run.wait(1.0)
-    assert run.done, "the pipeline must stop within a second of the socket closing"
-    assert time.monotonic() - started < 1.0
+    await run.wait(CANCELLED_WITHIN)
+    assert run.done, "the pipeline must stop at once when the socket closes"
+    assert run.terminal is not None and run.terminal["code"] == "cancelled"
     await pending_records()
     assert (await Message.objects.aget(role="assistant")).status == "cancelled"
 
@@ -312,7 +313,7 @@ async def asked_and_streaming(question: str) -> WebsocketCommunicator:
     return communicator
 
 
-async def test_closing_the_socket_mid_answer_frees_the_llm_slot_and_the_upstream_request_within_a_second(
+async def test_closing_the_socket_mid_answer_frees_the_llm_slot_and_the_upstream_request_promptly(
     llm_app: LLMApp, app_sim: SimulatorProcess
 ) -> None:
     manager = await llm_app()
@@ -321,10 +322,8 @@ async def test_closing_the_socket_mid_answer_frees_the_llm_slot_and_the_upstream
     assert chat_stats(manager)["in_progress"] == 1, "the answer holds a chat slot while it streams"
     assert (await app_sim.astats())["running"] == 1
 
-    closed = time.monotonic()
     await communicator.disconnect()
-    stats = await wait_slot_and_upstream_free(manager, app_sim, within=1.0)
-    assert time.monotonic() - closed < 1.0
+    stats = await wait_slot_and_upstream_free(manager, app_sim, within=FREED_WITHIN)
     assert stats["total_acquired"] == stats["total_released"] == 2  # the plan and the answer
 
 

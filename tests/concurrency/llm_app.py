@@ -33,6 +33,9 @@ APP_SIM_FLAGS: dict[str, Any] = {
 # The plan is answered, then the answer streams its four reasoning tokens and four answer tokens and stalls for
 # half a minute: long enough that only the client going away can end it within a test.
 STALLED_ANSWER = ["ok", "stall:8:30"]
+# A client going away must free its chat slot and the upstream request promptly. The bound is the behaviour under
+# test, set generous for a loaded machine yet well below the 15 s between-tokens timeout that would free them too.
+FREED_WITHIN = 5.0
 
 LLMApp = Callable[..., Awaitable[LLMConcurrencyManager]]
 
