@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from csp.constants import NONCE, NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 from chatbot.envconfig import (
     database_from_env,
@@ -255,8 +256,6 @@ LANGFUSE_FLUSH_INTERVAL = env_float("LANGFUSE_FLUSH_INTERVAL", 0.0, minimum=0.0)
 LANGFUSE_TIMEOUT = env_int("LANGFUSE_TIMEOUT", 5, minimum=1)
 LANGFUSE_ENVIRONMENT = env_str("LANGFUSE_ENVIRONMENT")
 if bool(LANGFUSE_PUBLIC_KEY) != bool(LANGFUSE_SECRET_KEY):
-    from django.core.exceptions import ImproperlyConfigured
-
     raise ImproperlyConfigured("LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY must be set together (or neither)")
 
 # --- prompts ----------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from chatbot import readiness, security
 from chatbot.selectors import conversation_list, conversation_messages
 from chatbot.services import TITLE_MAX_CHARS, conversation_delete, conversation_rename
 from concurrency.jsonio import json_error
+from rag.retrieval.markdown import load_markdown_dir
 
 logger = logging.getLogger(__name__)
 
@@ -194,8 +195,6 @@ def form_catalogue() -> list[FormInfo]:
     Blocking (reads files): called from sync views, which Django runs in a worker thread under ASGI.
     """
     global _catalogue
-    from rag.retrieval.markdown import load_markdown_dir
-
     corpus = Path(settings.CORPUS_DIR)
     signature = _corpus_signature(corpus)
     with _catalogue_lock:

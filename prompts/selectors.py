@@ -22,6 +22,7 @@ from django.db import connections
 
 from prompts.catalogue import LATEST, PRODUCTION, spec_get
 from prompts.errors import PromptError, PromptNotFoundError, PromptSourceError
+from prompts.langfuse_source import langfuse_prompt_fetch
 from prompts.memory import LangfuseSettings, memory
 from prompts.models import Prompt
 from prompts.refresh import SingleFlight
@@ -94,8 +95,6 @@ def _refresh_start(
 
 def _langfuse_refresh(config: LangfuseSettings, name: str, label: str, *, epoch: int) -> PromptSnapshot | None:
     """Fetch one prompt and keep it; on failure keep the copy held for another TTL. Runs on a refresh thread."""
-    from prompts.langfuse_source import langfuse_prompt_fetch
-
     ttl = memory.settings.langfuse_ttl
     try:
         snapshot = langfuse_prompt_fetch(config=config, name=name, label=label)

@@ -10,7 +10,8 @@ class ApiKeysConfig(AppConfig):
 
     def ready(self) -> None:
         # The concurrency APIs know nothing of this app (layers: chatbot -> rag -> concurrency): the check that
-        # lets a key with an admin scope in is handed to them here, where the project is assembled.
+        # lets a key with an admin scope in is handed to them here, where the project is assembled. Imported in
+        # ready(): the services import this app's models, which cannot load while the app registry is filling.
         from chatbot.apikeys.services import api_key_allows_scope
         from concurrency.access import bearer_key_checker_set
 

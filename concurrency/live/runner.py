@@ -19,6 +19,9 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+
 from concurrency.redis_calls import redis_call
 from concurrency.worker_tasks import WorkerTask
 
@@ -52,8 +55,7 @@ _REDIS_OP_TIMEOUT = 1.0
 
 def _db_read(known_version: int | None) -> SettingsSnapshot | None:
     """On the runner's thread: the row as a snapshot if its version differs from ``known_version``."""
-    from django.db import close_old_connections
-
+    # cycle: concurrency.selectors imports concurrency.live, whose __init__ imports this module
     from concurrency.selectors import concurrency_settings_snapshot, concurrency_settings_version
 
     close_old_connections()
@@ -70,8 +72,6 @@ def live_settings_preload() -> bool:
     so the first requests already run on it (limits, policy, sample rate) rather than on the environment's
     seeds. One query; False (the seeds stay until the runner reads the row) when the database cannot answer yet.
     """
-    from django.db import DatabaseError
-
     if settings_current() is not None:
         return False
     try:
@@ -168,7 +168,7 @@ class LiveSettingsRunner:
     # -------------------------------------------------------------------------------------------- Redis
 
     async def _redis_connect(self) -> None:
-        import redis.asyncio as aioredis
+        import redis.asyncio as aioredis  # heavy (~150 ms): paid only by a process configured with Redis
 
         client = aioredis.Redis.from_url(
             self.redis_url, socket_timeout=_REDIS_OP_TIMEOUT, socket_connect_timeout=_REDIS_OP_TIMEOUT
@@ -195,7 +195,7 @@ class LiveSettingsRunner:
             logger.warning("LLM concurrency live settings: Redis unreachable (%s); polling the database meanwhile", exc)
 
     async def _receive(self, wait: float) -> None:
-        import redis.asyncio as aioredis
+        import redis.asyncio as aioredis  # heavy: see _redis_connect
 
         try:
             message = await redis_call(self._pubsub.get_message(ignore_subscribe_messages=True, timeout=wait))
@@ -214,7 +214,7 @@ class LiveSettingsRunner:
             self.applied_from_redis += 1
 
     async def _publish_stats(self) -> None:
-        import redis.asyncio as aioredis
+        import redis.asyncio as aioredis  # heavy: see _redis_connect
 
         payload = json.dumps(worker_stats(), separators=(",", ":"), default=str)
         now = time.time()
@@ -256,8 +256,6 @@ class LiveSettingsRunner:
 def live_settings_enabled() -> bool:
     """``settings.CONCURRENCY_LIVE_SETTINGS`` (default on): tests of other apps that drive the ASGI application
     through communicators may turn the background task off."""
-    from django.conf import settings
-
     return bool(getattr(settings, "CONCURRENCY_LIVE_SETTINGS", True))
 
 

@@ -142,7 +142,7 @@ def workers_index_key(prefix: str) -> str:
 
 
 def _sync_client(url: str) -> Any:
-    import redis
+    import redis  # heavy (~150 ms): paid only by a process configured with Redis
 
     with _clients_lock:
         client = _clients.get(url)
@@ -159,7 +159,7 @@ def settings_publish(snapshot: SettingsSnapshot) -> bool:
     url, prefix = redis_config()
     if not url:
         return False
-    import redis
+    import redis  # heavy: see _sync_client
 
     try:
         _sync_client(url).publish(settings_channel(prefix), snapshot.to_json())
@@ -176,7 +176,7 @@ def workers_read(*, max_age: float = 30.0) -> list[dict[str, Any]]:
     url, prefix = redis_config()
     if not url:
         return []
-    import redis
+    import redis  # heavy: see _sync_client
 
     try:
         client = _sync_client(url)

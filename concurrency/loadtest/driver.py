@@ -120,7 +120,7 @@ def _ws_url(base: str) -> str:
 
 
 async def _ask_ws(config: LoadConfig, question: str, result: AnswerResult) -> None:
-    import websockets
+    import websockets  # only the WebSocket mode of `manage.py loadtest` pays for it (~40 ms)
 
     t0 = time.monotonic()
     # The chat socket checks Origin as browsers send it: the page's own scheme, host and port.

@@ -25,6 +25,10 @@ from django.db import connections, transaction
 from django.utils import timezone
 from pydantic import Field
 
+from prompts.catalogue import LATEST, PRODUCTION, spec_get
+from prompts.errors import PromptNotFoundError
+from prompts.selectors import aprompt_get
+from prompts.snapshot import snapshot_build
 from rag.documents.models import BackfillJob, Chunk, DocumentStatus, JobStatus
 from rag.documents.services import JobCancelled, JobTracker, db_retry
 from rag.errors import PipelineAbort
@@ -84,11 +88,6 @@ async def _prompt(prompts: Any) -> Any:
     registry holds none."""
     if prompts is not None:
         return await prompts.get(PROMPT_NAME)
-    from prompts.catalogue import LATEST, PRODUCTION, spec_get
-    from prompts.errors import PromptNotFoundError
-    from prompts.selectors import aprompt_get
-    from prompts.snapshot import snapshot_build
-
     try:
         return await aprompt_get(name=PROMPT_NAME)
     except PromptNotFoundError:

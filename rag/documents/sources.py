@@ -136,6 +136,7 @@ def screen_file(path: Path, fmt: str) -> str:
 
 def _loader() -> Callable[..., list[Document]] | None:
     try:
+        # Optional: a deployment may ship without the loaders package (the Markdown fallback below).
         from rag.retrieval.loaders import load_documents
     except ImportError:
         return None
@@ -145,7 +146,7 @@ def _loader() -> Callable[..., list[Document]] | None:
 def chunking_for(fmt: str) -> ChunkingConfig:
     """The chunking that suits a format (the loaders' choice when they are installed)."""
     try:
-        from rag.retrieval.loaders import chunking_for as loaders_chunking_for
+        from rag.retrieval.loaders import chunking_for as loaders_chunking_for  # optional: see _loader
     except ImportError:
         return ChunkingConfig()
     return loaders_chunking_for(fmt)

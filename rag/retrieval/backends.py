@@ -13,6 +13,7 @@ Both are blocking; async callers use a thread.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,8 +263,6 @@ class QdrantBackend:
 def fast_local_writes(client: QdrantClient, collection: str) -> None:
     """WAL + synchronous=NORMAL on a local-mode collection's SQLite file: local mode commits (and fsyncs) once per
     point. Reaches into qdrant-client internals, so it quietly does nothing if they change: slower, never wrong."""
-    import sqlite3
-
     try:
         # qdrant-client's private local-mode objects, which its types do not describe
         connection = client._client.collections[collection].storage.storage  # type: ignore[attr-defined]

@@ -258,7 +258,7 @@ class DatabaseBackend:
         connection = connections[self.using]
         if connection.vendor != "postgresql":
             return list(query)
-        import psycopg
+        import psycopg  # heavy (~130 ms) and PostgreSQL-only: a SQLite deployment never loads it
 
         sql, params = query.query.sql_with_params()
         connection.ensure_connection()

@@ -64,6 +64,7 @@ def _load(path: Path, device: str) -> Any:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
+        # Optional and heavy (PyTorch): requirements-st.txt, only where a local model is configured.
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise SentenceTransformersUnavailable(

@@ -189,6 +189,7 @@ class VectorStore:
     @classmethod
     def open_database(cls, alias: str, *, using: str = "default") -> VectorStore:
         """The store kept in the Django database (`rag.models`), answered from an in-memory replica."""
+        # Imported here: it loads rag.models, which needs django.setup(); scripts/ use this module without it.
         from rag.retrieval.db_backend import DatabaseBackend
 
         return cls(DatabaseBackend(using=using), alias)
@@ -619,7 +620,7 @@ def open_store_from_settings(*, engine: Engine = "auto") -> VectorStore:
     database; alias QDRANT_COLLECTION. The one function here that reads settings, for wiring and commands;
     everything else in rag.retrieval takes its configuration as arguments.
     """
-    from django.conf import settings
+    from django.conf import settings  # here, like DatabaseBackend: scripts/ use this module without Django
 
     if settings.QDRANT_URL:
         return VectorStore.open(

@@ -42,12 +42,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from django.db import close_old_connections
+
 from concurrency.writer_thread import WriterThread
 from rag.retrieval.embedding import AsyncEmbedder, Embedder
 from rag.retrieval.store import IndexVersion
 from rag.rules.terms import strip_question_words
+from rag.semcache.db_index import DatabaseCacheIndex
 from rag.semcache.guard import DEFAULT_KEY_TERMS, REASONS, KeyTerms, disagreement, features, question_normalize
 from rag.semcache.index import CacheIndex, QdrantCacheIndex
+from rag.semcache.selectors import cache_entry_ids_existing
+from rag.semcache.services import (
+    NewEntry,
+    cache_entries_delete,
+    cache_entries_purge,
+    cache_entry_hits_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -342,8 +352,6 @@ class SemanticCache:
         return max(0.0, min(self._next_flush, self._next_purge) - time.monotonic())
 
     def _write(self, batch: Sequence[_StoreJob]) -> None:
-        from rag.semcache.services import NewEntry
-
         now = self._clock()
         current = self._versions.get()
         entries: list[NewEntry] = []
@@ -418,8 +426,6 @@ class SemanticCache:
 
     def flush_hits(self) -> int:
         """Write the counted hits to the database in one transaction; returns entries updated. Blocking."""
-        from rag.semcache.services import cache_entry_hits_record
-
         with self._lock:
             pending, self._pending_hits = self._pending_hits, {}
         if not pending:
@@ -438,9 +444,6 @@ class SemanticCache:
         """Delete expired entries, entries of another index version or citing documents re-indexed since their
         answer, and orphans (a vector without its row or the reverse, older than `orphan_grace`); returns how
         many went. Blocking."""
-        from rag.semcache.selectors import cache_entry_ids_existing
-        from rag.semcache.services import cache_entries_delete, cache_entries_purge
-
         now = self._clock()
         version = self._versions.get()
         self._purged_for = version
@@ -547,8 +550,6 @@ class SemanticCache:
 
 
 def _close_old_connections() -> None:
-    from django.db import close_old_connections
-
     close_old_connections()
 
 
@@ -622,8 +623,6 @@ def build_semantic_cache(
     """
     index: CacheIndex
     if store.backend.kind == "database":
-        from rag.semcache.db_index import DatabaseCacheIndex
-
         index = DatabaseCacheIndex(dim=embedder.dim, embedder_name=embedder.name, key_terms=key_terms)
     else:
         index = QdrantCacheIndex(

@@ -21,15 +21,14 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 from qdrant_client import QdrantClient, models
 
 from rag.semcache.guard import KeyTerms, QuestionFeatures, features
-
-if TYPE_CHECKING:
-    from rag.semcache.services import NewEntry
+from rag.semcache.selectors import cache_entry_ids_created_before
+from rag.semcache.services import NewEntry, cache_entries_create
 
 logger = logging.getLogger(__name__)
 
@@ -378,8 +377,6 @@ class QdrantCacheIndex:
     # --- writing -----------------------------------------------------------------------------------------------
 
     def rows_without_vectors(self, *, before: float, vectors: Collection[str]) -> set[str]:
-        from rag.semcache.selectors import cache_entry_ids_created_before
-
         return cache_entry_ids_created_before(before=before) - set(vectors)
 
     def add(
@@ -387,8 +384,6 @@ class QdrantCacheIndex:
     ) -> None:
         """Vectors first, then rows; without its row an entry could not be listed or deleted by staff, so a
         failed row write takes the vectors back."""
-        from rag.semcache.services import cache_entries_create
-
         if not entries:
             return
         structs = [

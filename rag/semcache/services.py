@@ -20,10 +20,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from rag.models import StoreRevision
 from rag.semcache.models import CacheEntry, CacheEntryDocument
+from rag.semcache.selectors import cache_entry_ids_citing
 
 if TYPE_CHECKING:
     from rag.semcache.cache import SemanticCache
@@ -158,8 +159,6 @@ def cache_entries_invalidate_for_documents(doc_ids: Iterable[str], *, cache: Sem
     `doc_ids` is positional so the function can be registered as a re-index hook as it is. Blocking (ORM and
     vector store): from async code, run it in a thread.
     """
-    from rag.semcache.selectors import cache_entry_ids_citing
-
     wanted = sorted({str(doc_id) for doc_id in doc_ids if doc_id})
     if not wanted:
         return 0
@@ -178,8 +177,6 @@ def cache_entries_purge(
 ) -> list[str]:
     """Delete rows that expired, belong to another index version or were written by a producer no longer
     configured (None: keep any); returns their ids (for their vectors)."""
-    from django.db.models import Q
-
     stale = Q(expires_at__lte=_at(now))
     if index_version:
         stale |= ~Q(index_version=index_version)
@@ -191,6 +188,6 @@ def cache_entries_purge(
 
 
 def _active() -> SemanticCache | None:
-    from rag.semcache.cache import active_cache
+    from rag.semcache.cache import active_cache  # cycle: rag.semcache.cache imports this module
 
     return active_cache()

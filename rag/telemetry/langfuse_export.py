@@ -378,6 +378,7 @@ def _forget_sdk_resources(public_key: str) -> None:
     every later `Langfuse(...)` with that key. Once shut down it silently drops everything, so a telemetry built
     again in this process (the runtime rebuilt after a reindex, tests) must not inherit it."""
     try:
+        # Imported here: a private module of the SDK, which a release may move (the ImportError below).
         from langfuse._client.resource_manager import LangfuseResourceManager
 
         with LangfuseResourceManager._lock:

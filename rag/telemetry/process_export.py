@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -176,8 +177,6 @@ class LangfuseProcessExporter:
 
 
 def _child_main() -> None:
-    import signal
-
     # Ctrl-C in a terminal reaches the whole process group: the server decides when its exporter stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="telemetry-export %(levelname)s %(name)s: %(message)s")
@@ -189,6 +188,7 @@ def _child_main() -> None:
 
     options = pickle.load(source)
     try:
+        # Imported here: the langfuse SDK (~400 ms with OpenTelemetry) belongs in this child, not the server.
         from rag.telemetry.langfuse_export import LangfuseWriter
 
         writer = LangfuseWriter(**options)

@@ -75,6 +75,7 @@ def build_telemetry_from_settings() -> Telemetry:
     queue_size = _number("TELEMETRY_QUEUE_SIZE", int, 1)
     exporter: Exporter
     try:
+        # Imported here: only the exporter configured is loaded; the in-process one pulls in the langfuse SDK.
         if mode == "process":
             from rag.telemetry.process_export import LangfuseProcessExporter
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from rag.deps import PipelineDeps
 from rag.engine import END, NodeRegistry, WorkflowDefinition, WorkflowError, WorkflowProblem, compile_workflow
 from rag.engine import validate_workflow as engine_validate
 
@@ -40,6 +41,7 @@ class GraphShapeError(ValueError):
 @functools.cache
 def node_registry() -> NodeRegistry:
     """The catalogue the runtime compiles against, built once per process (node types are static)."""
+    # Imported here: the nodes load the openai SDK (~1 s), which `manage.py ask --help` and the admin never need.
     from rag.nodes import build_registry
 
     return build_registry()
@@ -118,8 +120,6 @@ class _NoRetriever:
 
 
 def _inert_deps() -> Any:
-    from rag.deps import PipelineDeps
-
     return PipelineDeps(retriever=_NoRetriever())
 
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 from rag.runtime import BACKENDS
 from rag.workflows.default import DEFAULT_WORKFLOW
 from rag.workflows.graphs import graph_check, graph_clean
+from rag.workflows.live import workflow_generation_bump
 from rag.workflows.models import WorkflowDraft, WorkflowDraftVersion
 
 __all__ = [
@@ -215,6 +216,4 @@ def workflow_draft_unpublish(*, draft_id: int, user: Any = None) -> WorkflowDraf
 
 
 def _announce() -> None:
-    from rag.workflows.live import workflow_generation_bump
-
     workflow_generation_bump()

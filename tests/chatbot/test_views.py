@@ -123,16 +123,14 @@ def test_csv_export_of_only_unknown_ids_is_just_the_header(client: Client, corpu
 def test_the_form_catalogue_is_read_once_until_the_corpus_changes(
     client: Client, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rag.retrieval.markdown as markdown
-
     calls: list[Path] = []
-    real = markdown.load_markdown_dir
+    real = views.load_markdown_dir
 
     def counted(path: Path) -> Any:
         calls.append(path)
         return real(path)
 
-    monkeypatch.setattr(markdown, "load_markdown_dir", counted)
+    monkeypatch.setattr(views, "load_markdown_dir", counted)
     monkeypatch.setattr(views, "_catalogue", None)
     views.form_catalogue()
     views.form_catalogue()

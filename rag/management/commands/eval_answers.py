@@ -28,12 +28,14 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from rag import wiring
 from rag.deps import PipelineDeps
 from rag.evaluation.metrics import AnswerRecord, summarize
 from rag.evaluation.runner import ask_all, judge_all, judge_prompt_version
 from rag.llm.client import aclose_clients
 from rag.models import AnswerEvaluation
 from rag.nodes import build_registry
+from rag.prompting.prompts import RegistryPrompts
 from rag.retrieval.embedding import bind_embedder_loop
 from rag.retrieval.indexer import build_index
 from rag.retrieval.loaders import SquadFile, chunking_for, read_squad
@@ -73,8 +75,6 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: no answerable questions in the file")
         for error in errors:
             self.stderr.write(f"skipped {error}")
-        from rag import wiring
-
         try:
             llm = None if options["offline"] else wiring.build_llm_backend()
             embedder = wiring.build_embedder(llm)
@@ -93,8 +93,6 @@ class Command(BaseCommand):
                 llm=llm,
             )
             if llm is not None:
-                from rag.prompting.prompts import RegistryPrompts
-
                 deps.prompts = RegistryPrompts()
             summary = asyncio.run(_evaluate(squad, questions, deps, store, embedder, judge=options["judge"]))
         summary = {"file": path.name, "embedder": embedder.name, "mode": mode} | summary
@@ -107,8 +105,6 @@ async def _evaluate(
     squad: SquadFile, questions: Sequence[Any], deps: PipelineDeps, store: VectorStore, embedder: Any, *, judge: bool
 ) -> dict[str, Any]:
     """Index the file, ask every question through a runtime of the product's nodes and workflow, judge."""
-    from rag import wiring
-
     wiring.configure_concurrency_manager()
     bind_embedder_loop(embedder, asyncio.get_running_loop())
     runtime = PipelineRuntime(registry=build_registry(), deps_factory=lambda: deps, default_workflow=default_workflow())

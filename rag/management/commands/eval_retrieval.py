@@ -45,6 +45,7 @@ from rag.retrieval.markdown import LANGUAGES, LoadError
 from rag.retrieval.retriever import StoreRetriever, default_mode
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, VectorStore
 from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language
+from rag.wiring import build_embedder, configure_concurrency_manager, search_settings_from_settings
 
 CHUNKINGS = ("passage", "article")
 
@@ -291,8 +292,6 @@ class Command(BaseCommand):
         ks = parse_ks(options["k"])
         chunking = chunking_for("squad") if options["chunking"] == "passage" else ChunkingConfig()
         errors: list[LoadError] = []
-        from rag.wiring import build_embedder, configure_concurrency_manager, search_settings_from_settings
-
         try:
             embedder = build_embedder() if options["embedder"] == "configured" else LexicalEmbedder()
         except ImproperlyConfigured as exc:
