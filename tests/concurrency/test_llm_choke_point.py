@@ -1,5 +1,8 @@
 """Every LLM call of the application goes through one place, the LLM backend, and so through the concurrency
-manager: no other module calls the OpenAI SDK, and a whole question takes exactly one slot per upstream attempt."""
+manager: no other module calls the OpenAI SDK, and a whole question takes exactly one slot per upstream attempt.
+
+The chat and Responses calls go through the SDK's low-level `client.post` (raw bodies, no per-chunk models): the
+backend's one-shot call, and the stream it opens through `rag.llm.streams`; embeddings through the SDK's resource."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from tests.rag.pipeline.conftest import (  # noqa: F401 - fixtures, used by name
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 APPLICATION_PACKAGES = ("rag", "chatbot", "concurrency", "prompts")
-CHOKE_POINT = "rag/llm/backends.py"
+CHOKE_POINTS = ("rag/llm/backends.py", "rag/llm/streams.py")
 
 
 def dotted(node: ast.expr) -> str:
@@ -33,14 +36,16 @@ def dotted(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else "?"
 
 
-def create_calls_outside_the_orm(path: Path) -> list[str]:
-    """`<receiver>.create(...)` calls in a file, except the ORM's `Model.objects.create(...)`."""
+def sdk_calls(path: Path) -> list[str]:
+    """`<receiver>.create(...)` calls in a file, except the ORM's `Model.objects.create(...)`, and `<client>.post(...)`
+    calls (the SDK's low-level request)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "create":
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("create", "post"):
             receiver = dotted(node.func.value)
-            if receiver.rsplit(".", 1)[-1] != "objects":
-                found.append(f"{path.relative_to(PROJECT_DIR)}:{node.lineno} {receiver}.create(...)")
+            last = receiver.rsplit(".", 1)[-1]
+            if (node.func.attr == "create" and last != "objects") or (node.func.attr == "post" and "client" in last):
+                found.append(f"{path.relative_to(PROJECT_DIR)}:{node.lineno} {receiver}.{node.func.attr}(...)")
     return found
 
 
@@ -49,19 +54,13 @@ def test_only_the_llm_backend_calls_the_sdk() -> None:
         call
         for package in APPLICATION_PACKAGES
         for path in sorted((PROJECT_DIR / package).rglob("*.py"))
-        for call in create_calls_outside_the_orm(path)
+        for call in sdk_calls(path)
     ]
-    elsewhere = [call for call in calls if not call.startswith(CHOKE_POINT + ":")]
+    elsewhere = [call for call in calls if not call.startswith(tuple(point + ":" for point in CHOKE_POINTS))]
     assert not elsewhere, "LLM calls must go through rag.llm.backends (policy, slot, retries):\n" + "\n".join(elsewhere)
     receivers = sorted(call.split(" ", 1)[1] for call in calls)
-    # The scan sees the backend's own calls: streamed and one-shot on both APIs, and embeddings.
-    assert receivers == [
-        "client.chat.completions.create(...)",
-        "client.chat.completions.create(...)",
-        "client.embeddings.create(...)",
-        "client.responses.create(...)",
-        "client.responses.create(...)",
-    ]
+    # The scan sees the backend's own calls: one-shot and streamed (both APIs, by path), and embeddings.
+    assert receivers == ["client.embeddings.create(...)", "client.post(...)", "client.post(...)"]
 
 
 @pytest.mark.parametrize("backend", ["chat", "responses"])
