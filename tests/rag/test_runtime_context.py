@@ -34,10 +34,10 @@ class ContextAtAcquire:
         self.calls: list[tuple[str, RequestContext | None, int | None]] = []
         self._acquire = limiter.acquire
 
-    def __call__(self, backend: str, timeout: float | None = None) -> LLMPermit:
+    def __call__(self, backend: str, timeout: float | None = None, *, low_priority: bool = False) -> LLMPermit:
         ctx = current_request_context()
         self.calls.append((backend, ctx, None if ctx is None else ctx.completed_calls))
-        return self._acquire(backend, timeout)
+        return self._acquire(backend, timeout, low_priority=low_priority)
 
 
 async def run_to_the_end(run: PipelineRun) -> list[Event]:
