@@ -218,8 +218,7 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
         # a new conversation: nothing to read, so no thread hop (nothing is written until the answer is recorded)
         context = ConversationContext(str(uuid.uuid4()), exists=False, history=(), summary="")
     else:
-        if ask.conversation_id:
-            await summary_settled(ask.conversation_id)
+        await summary_settled(ask.conversation_id)
         try:
             context = await database_sync_to_async(conversation_context_get)(
                 conversation_id=ask.conversation_id, client_id=ask.client_id

@@ -17,17 +17,9 @@ from concurrency.errors import BusyError
 from concurrency.manager import LLMPermit
 from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
 from tests.servers import PrivateRedis
+from tests.waiting import until
 
 Managers = Callable[..., ClusterManager]
-
-
-async def until(check: Callable[[], bool], within: float = 5.0) -> None:
-    """Wait for ``check()`` (polled on the loop); fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within} s")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

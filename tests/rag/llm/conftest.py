@@ -48,16 +48,6 @@ async def wait_idle(sim: SimulatorProcess, within: float = 1.0) -> dict[str, Any
         await asyncio.sleep(0.02)
 
 
-async def until(check: Callable[[], bool], within: float = 5.0) -> None:
-    """Wait for ``check()`` (polled on the loop); fail after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within} s")
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 async def sim(shared_llm_simulator: SimulatorProcess) -> AsyncIterator[SimulatorProcess]:
     await shared_llm_simulator.areset()

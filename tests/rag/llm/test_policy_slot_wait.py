@@ -15,7 +15,8 @@ from concurrency.simulator.testing import SimulatorProcess
 from rag.errors import SlotUnavailable
 from rag.llm.policy import SlotTerms
 from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
-from tests.rag.llm.conftest import USER, BackendFactory, until
+from tests.rag.llm.conftest import USER, BackendFactory
+from tests.waiting import until
 
 
 def chat_row(manager: LLMConcurrencyManager, key: str) -> int:

@@ -15,9 +15,10 @@ from rag.deps import PromptSnapshot
 from rag.nodes.planner import PLAN_SCHEMA, Planner
 from rag.prompting.prompts import CataloguePrompts
 from rag.state import SkippedStep
-from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, until
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory
 from tests.rag.nodes.conftest import CannedFactory
 from tests.rag.nodes.support import drain, make_state, make_writer
+from tests.waiting import until
 
 PREVIOUS = (
     "Open the reset link in the email [1].\n\nSources:\n[1] How do I reset my password (https://help.example/en/pr)"

@@ -16,8 +16,9 @@ from rag.nodes.response_synth import ResponseSynth
 from rag.prompting.prompts import CataloguePrompts
 from rag.rules import messages
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
-from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, until
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory
 from tests.rag.nodes.support import answer_text, drain, history, make_state, make_writer
+from tests.waiting import until
 
 CONFIG = PipelineConfig(stream_chunk_chars=5, forms_base_url="/forms/", forms_export_url="/api/forms.csv")
 
