@@ -12,21 +12,14 @@ from django.db import connections
 from chatbot.models import Message
 from chatbot.recording import ExchangeRecorder
 from chatbot.services import exchange_record
+from tests.fake_clock import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-async def recorder() -> AsyncIterator[tuple[ExchangeRecorder, ManualClock]]:
-    clock = ManualClock()
+async def recorder() -> AsyncIterator[tuple[ExchangeRecorder, FakeClock]]:
+    clock = FakeClock(start=0.0)
     recorder = ExchangeRecorder(idle_check_seconds=30.0, clock=clock)
     yield recorder, clock
     await recorder.aclose()
@@ -53,7 +46,7 @@ def break_connection() -> None:
     connections["default"].connection.close()
 
 
-async def test_answers_are_recorded_on_one_kept_connection(recorder: tuple[ExchangeRecorder, ManualClock]) -> None:
+async def test_answers_are_recorded_on_one_kept_connection(recorder: tuple[ExchangeRecorder, FakeClock]) -> None:
     rec, clock = recorder
     await record(rec, "one")
     first = await rec.run(thread_connection)
@@ -67,7 +60,7 @@ async def test_answers_are_recorded_on_one_kept_connection(recorder: tuple[Excha
 
 
 async def test_a_connection_broken_while_idle_is_replaced_before_the_next_write(
-    recorder: tuple[ExchangeRecorder, ManualClock],
+    recorder: tuple[ExchangeRecorder, FakeClock],
 ) -> None:
     rec, clock = recorder
     await record(rec, "before")
@@ -79,7 +72,7 @@ async def test_a_connection_broken_while_idle_is_replaced_before_the_next_write(
 
 
 async def test_a_write_that_fails_on_a_broken_connection_drops_it_and_the_next_write_succeeds(
-    recorder: tuple[ExchangeRecorder, ManualClock],
+    recorder: tuple[ExchangeRecorder, FakeClock],
 ) -> None:
     rec, _clock = recorder
     await record(rec, "before")
@@ -92,7 +85,7 @@ async def test_a_write_that_fails_on_a_broken_connection_drops_it_and_the_next_w
     assert not await Message.objects.filter(role="assistant", content="lost").aexists()
 
 
-async def test_close_closes_the_kept_connection(recorder: tuple[ExchangeRecorder, ManualClock]) -> None:
+async def test_close_closes_the_kept_connection(recorder: tuple[ExchangeRecorder, FakeClock]) -> None:
     rec, _clock = recorder
     await record(rec, "one")
     wrapper = await rec.run(thread_connection)

@@ -14,8 +14,8 @@ import redis
 from concurrency.cluster import ClusterManager
 from concurrency.context import request_scope
 from concurrency.errors import BusyError
-from concurrency.manager import LLMPermit
 from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
+from tests.concurrency.manager_helpers import hold
 from tests.servers import PrivateRedis
 from tests.waiting import until
 
@@ -37,12 +37,6 @@ async def managers() -> AsyncIterator[Managers]:
         yield make
         for m in made:
             await m.aclose()
-
-
-async def hold(m: ClusterManager, backend: str = "b") -> LLMPermit:
-    permit = m.acquire(backend)
-    await permit.__aenter__()
-    return permit
 
 
 def queued(m: ClusterManager) -> int:

@@ -8,14 +8,7 @@ from typing import Any
 import pytest
 
 from rag.events import Coalescing, Event, EventChannel, StreamWriter
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fake_clock import FakeClock
 
 
 class ManualTimers:
@@ -51,9 +44,9 @@ def drain(channel: EventChannel) -> list[Event]:
     return out
 
 
-def make(window: float = 0.04, max_chars: int = 256) -> tuple[StreamWriter, EventChannel, ManualClock, ManualTimers]:
+def make(window: float = 0.04, max_chars: int = 256) -> tuple[StreamWriter, EventChannel, FakeClock, ManualTimers]:
     channel = EventChannel(max_pending=64)
-    clock, timers = ManualClock(), ManualTimers()
+    clock, timers = FakeClock(start=100.0), ManualTimers()
     writer = StreamWriter("r1", channel, coalescing=Coalescing(window, max_chars), clock=clock, call_later=timers)
     return writer, channel, clock, timers
 
@@ -154,7 +147,7 @@ async def test_a_delta_after_a_quiet_window_goes_out_at_once() -> None:
 
 async def test_the_timer_leaves_the_text_waiting_while_the_reader_is_behind() -> None:
     channel = EventChannel(max_pending=2)
-    clock, timers = ManualClock(), ManualTimers()
+    clock, timers = FakeClock(start=100.0), ManualTimers()
     writer = StreamWriter("r1", channel, coalescing=Coalescing(0.04, 256), clock=clock, call_later=timers)
     await writer.status("synth", "start")
     await writer.answer("synth", "a")

@@ -15,6 +15,7 @@ from rag.retrieval.indexer import build_index
 from rag.retrieval.markdown import load_markdown_dir
 from rag.retrieval.store import VectorStore
 from rag.semcache.cache import SemanticCache, build_semantic_cache
+from tests.fake_clock import FakeClock
 from tests.rag.retrieval.conftest import write_corpus
 from tests.rag.stores import STORE_PARAMS, open_store
 
@@ -24,19 +25,6 @@ PASSWORD_SOURCES = [
 ENROL_SOURCES = [
     {"ref": 1, "doc_id": "zh-enrolment", "title": "如何報名課程", "url": "https://help.example/zh/enrolment"}
 ]
-
-
-class FakeClock:
-    """Epoch seconds that move only when told to."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class PromptVersions:
@@ -51,7 +39,7 @@ class PromptVersions:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(start=1_800_000_000.0)  # epoch seconds
 
 
 @pytest.fixture
