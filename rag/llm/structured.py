@@ -11,6 +11,7 @@ the server: pydantic's schema of the model without its titles and docstring.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ def _without_titles(schema: Any) -> Any:
     return schema
 
 
+@functools.cache  # a model's schema never changes: built once, not on every structured call
 def output_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema of `model` as sent to the server, by alias. Titles and the model's docstring are left out:
     they constrain nothing, and the prompt, not the schema, tells the model what to write."""
