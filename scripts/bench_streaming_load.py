@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import socket
 import statistics
 import subprocess
@@ -158,17 +159,20 @@ class Probe:
 # --- the same questions straight to the simulator -------------------------------------------------------------
 
 
-async def direct_sdk(base_url: str, calls: list[dict[str, Any]], users: int, duration: float) -> dict[str, Any]:
-    """Replay the LLM calls one answer made through the server (`calls`, from the simulator's request log), in
-    order, with the SDK: the time to the streamed call's first content, and to its end, with no server between."""
+async def direct_sdk(base_url: str, answers: list[list[dict[str, Any]]], users: int, duration: float) -> dict[str, Any]:
+    """Replay the LLM calls that the answers of the low-load pass made through the server (`answers`, from the
+    simulator's request log), each answer's calls in order, with the SDK: the time to the streamed call's first
+    content, and to its end, with no server between. The same questions, so the same prompts and output lengths."""
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=120.0)
     ttfts: list[float] = []
     totals: list[float] = []
+    each: list[float | None] = []  # per replayed answer, in the order of `answers` (the first pass over them)
     started = time.monotonic()
+    turn = 0
 
-    async def one_answer() -> None:
+    async def one_answer(calls: list[dict[str, Any]]) -> float | None:
         t0 = time.monotonic()
         first: float | None = None
         for call in calls:
@@ -192,54 +196,100 @@ async def direct_sdk(base_url: str, calls: list[dict[str, Any]], users: int, dur
         if first is not None:
             ttfts.append(first)
             totals.append(time.monotonic() - t0)
+        return first
 
     async def user() -> None:
+        nonlocal turn
         while time.monotonic() - started < duration:
-            await one_answer()
+            calls = answers[turn % len(answers)]
+            turn += 1
+            first = await one_answer(calls)
+            if turn <= len(answers):
+                each.append(first)
 
     await asyncio.gather(*(user() for _ in range(users)))
     elapsed = time.monotonic() - started
     await client.close()
     return {
-        "calls": [call["endpoint"] + (" (stream)" if call["body"].get("stream") else "") for call in calls],
+        "calls": [call["endpoint"] + (" (stream)" if call["body"].get("stream") else "") for call in answers[0]],
+        "answers_replayed": len(answers),
         "answers_per_s": round(len(totals) / elapsed, 3),
         "ttft_ms": ms_percentiles(ttfts),
         "total_ms": ms_percentiles(totals),
+        "ttft_each_ms": [round(t * 1000, 1) if t is not None else None for t in each],
     }
 
 
-def calls_of_one_answer(simulator: Simulator, worker_url: str, transport: str) -> list[dict[str, Any]]:
-    """The LLM requests the pipeline makes for one (new, uncached) question, as the simulator received them."""
-    since = time.time()
-    config = LoadConfig(url=worker_url, transport=transport, users=1, duration=0.3, answer_timeout=60.0)
-    asyncio.run(run_load(config))
-    calls = [request for request in simulator.requests() if request["time"] >= since]
-    streamed = [i for i, call in enumerate(calls) if call["body"].get("stream")]
-    return calls[: streamed[0] + 1] if streamed else calls
+def paired_ttft_added(server_each: list[float | None], direct_each: list[float | None]) -> float | None:
+    """Median over the low-load answers of (server TTFT - direct TTFT of the same answer's calls): the questions
+    differ in their planner's output length, so only answers paired one to one compare like with like."""
+    pairs = [s - d for s, d in zip(server_each, direct_each, strict=False) if s is not None and d is not None]
+    return round(statistics.median(pairs), 1) if pairs else None
+
+
+ASK_MARK = re.compile(r"\(#(\d+)\)")  # the load driver numbers each question it asks: "... (#12)"
+
+
+def answers_in_log(requests: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The LLM requests of each answer, up to and including its streamed answer call (the conversation summary,
+    made after it, is left out: it is not on the way to the first token). Grouped by the driver's question number."""
+    calls: dict[str, list[dict[str, Any]]] = {}
+    complete: list[str] = []
+    for request in requests:
+        mark = ASK_MARK.search(json.dumps(request["body"], ensure_ascii=False))
+        if mark is None or mark.group(1) in complete:
+            continue
+        calls.setdefault(mark.group(1), []).append(request)
+        if request["body"].get("stream"):
+            complete.append(mark.group(1))
+    return [calls[number] for number in complete]
 
 
 # --- one pass through the server ---------------------------------------------------------------------------------
 
 
 def server_pass(
-    worker: WorkerProcess, transport: str, users: int, duration: float, folder: Path, plot: Path | None
+    worker: WorkerProcess,
+    transport: str,
+    users: int,
+    duration: float,
+    folder: Path,
+    plot: Path | None,
+    simulator: SimulatorProcess,
 ) -> dict[str, Any]:
+    """One closed-loop pass. Its CPU is counted until the simulator is idle again, so the work an answer leaves
+    behind (its conversation summary, written after the terminal event) is counted with the answer."""
     assert worker.process is not None
     config = LoadConfig(url=worker.url, transport=transport, users=users, duration=duration, answer_timeout=120.0)
     load_before = load_average()
     probe = Probe(worker.url, duration, folder)
     cpu_before = cpu_seconds(worker.process.pid)
     run = asyncio.run(run_load(config))
+    tail_s = settle(simulator)
     cpu = cpu_seconds(worker.process.pid) - cpu_before
     figures = summary(run)
     figures["loop_lag_ms"] = probe.result(timeout=30.0)
     answers = figures["completed"]
+    figures["ttft_each_ms"] = [round(r.ttft * 1000, 1) if r.ttft is not None else None for r in run.results]
     figures["worker_cpu_s"] = round(cpu, 3)
+    figures["tail_s"] = tail_s
     figures["cpu_ms_per_answer"] = round(cpu * 1000 / answers, 2) if answers else None
     figures["load_average"] = [load_before, load_average()]
     if plot is not None:
         write_svg(run, plot, title=f"one worker, {transport}, {users} closed-loop users")
     return figures
+
+
+def settle(simulator: SimulatorProcess, timeout: float = 180.0) -> float:
+    """Wait until the simulator runs and queues nothing (the last pass's summaries, written after their answers, keep
+    it busy for a while), so the next pass and the direct SDK calls start on an idle backend. Returns the wait."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        stats = simulator.stats()
+        if not stats["running"] and not stats["waiting"]:
+            return round(time.monotonic() - started, 2)
+        time.sleep(0.25)
+    raise RuntimeError(f"the simulator was still busy {timeout:.0f} s after the pass")
 
 
 def idle_lag(worker: WorkerProcess, seconds: float, folder: Path) -> dict[str, Any]:
@@ -290,17 +340,23 @@ def main_bench(args: argparse.Namespace) -> dict[str, Any]:
         result["idle"] = idle_lag(worker, 5.0, folder)
         for repeat in range(args.repeats):
             for transport in args.transports.split(","):
-                low = server_pass(worker, transport, args.low_users, args.low_duration, folder, None)
-                calls = calls_of_one_answer(simulator, worker.url, transport)
-                direct_low = asyncio.run(direct_sdk(simulator.base_url, calls, args.low_users, args.low_duration))
+                settled_s = settle(simulator)
+                since = time.time()
+                low = server_pass(worker, transport, args.low_users, args.low_duration, folder, None, simulator)
+                answers = answers_in_log([r for r in simulator.requests() if r["time"] >= since])
+                settled_s += settle(simulator)
+                direct_low = asyncio.run(direct_sdk(simulator.base_url, answers, args.low_users, args.low_duration))
                 plot = OUT / f"streaming_load_{args.label}_{transport}.svg" if args.doc and repeat == 0 else None
-                loaded = server_pass(worker, transport, args.users, args.duration, folder, plot)
+                settled_s += settle(simulator)
+                loaded = server_pass(worker, transport, args.users, args.duration, folder, plot, simulator)
                 run = {"repeat": repeat, "transport": transport, "low": low, "direct_low": direct_low, "loaded": loaded}
+                run["settle_s"] = round(settled_s, 2)
+                run["ttft_added_paired_ms"] = paired_ttft_added(low["ttft_each_ms"], direct_low["ttft_each_ms"])
                 result["runs"].append(run)
                 print(
                     f"{transport} run {repeat + 1}: {loaded['cpu_ms_per_answer']} ms CPU/answer, "
                     f"{loaded['answers_per_s']} answers/s, lag p99 {loaded['loop_lag_ms']['p99']} ms, "
-                    f"TTFT +{low['ttft_ms']['p50'] - direct_low['ttft_ms']['p50']:.1f} ms, "
+                    f"TTFT added (paired) {run['ttft_added_paired_ms']} ms, "
                     f"load {loaded['load_average']}",
                     flush=True,
                 )
@@ -336,6 +392,7 @@ def medians(runs: list[dict[str, Any]], transport: str) -> dict[str, float]:
         "total_p95": med("loaded.total_ms.p95"),
         "lag_p99": med("loaded.loop_lag_ms.p99"),
         "lag_max": med("loaded.loop_lag_ms.max"),
+        "ttft_added": med("ttft_added_paired_ms"),
         "low_ttft": med("low.ttft_ms.p50"),
         "direct_ttft": med("direct_low.ttft_ms.p50"),
         "low_total": med("low.total_ms.p50"),
@@ -359,7 +416,8 @@ def section(args: argparse.Namespace, result: dict[str, Any], command: str) -> s
         f"{idle['loop_lag_ms']['p99']} / {idle['loop_lag_ms']['max']} ms (load average {idle['load_average']}).",
         "",
         "| transport | CPU ms / answer | answers/s | TTFT p50 / p95 ms | total p50 / p95 ms | loop lag p99 / max ms "
-        "| TTFT added, low load (server - SDK) ms | total added, low load ms | errors | load averages |",
+        "| TTFT added, low load (paired median; server vs SDK p50) ms | total added, low load ms | errors "
+        "| load averages |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for transport in args.transports.split(","):
@@ -368,7 +426,7 @@ def section(args: argparse.Namespace, result: dict[str, Any], command: str) -> s
         lines.append(
             f"| {transport} | {m['cpu_ms_per_answer']:.1f} | {m['answers_per_s']:.2f} | "
             f"{m['ttft_p50']:.0f} / {m['ttft_p95']:.0f} | {m['total_p50']:.0f} / {m['total_p95']:.0f} | "
-            f"{m['lag_p99']:.0f} / {m['lag_max']:.0f} | {m['low_ttft'] - m['direct_ttft']:+.1f} "
+            f"{m['lag_p99']:.0f} / {m['lag_max']:.0f} | {m['ttft_added']:+.1f} "
             f"({m['low_ttft']:.1f} vs {m['direct_ttft']:.1f}) | {m['low_total'] - m['direct_total']:+.1f} | "
             f"{m['errors']} | {loads} |"
         )
