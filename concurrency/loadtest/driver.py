@@ -55,7 +55,9 @@ class AnswerResult:
     started: float  # seconds since the run began
     ttft: float | None = None  # seconds to the first answer token
     total: float | None = None  # seconds to the terminal event
-    outcome: str = ""  # "ok", an error code, "http_<status>", "transport" or "client_timeout"
+    # "ok", an error code, "http_<status>", "client_timeout", "transport" (the stream ended without a terminal
+    # event) or "transport:<exception>" (the connection failed)
+    outcome: str = ""
     cached: bool = False
     answer_chars: int = 0
 
@@ -147,8 +149,8 @@ async def _one(run: Run, client: httpx.AsyncClient, n: int, t_run: float) -> Non
         await asyncio.wait_for(ask, timeout=config.answer_timeout)
     except TimeoutError:
         result.outcome = "client_timeout"
-    except (httpx.HTTPError, OSError):
-        result.outcome = "transport"
+    except (httpx.HTTPError, OSError) as exc:
+        result.outcome = f"transport:{type(exc).__name__}"
     except Exception as exc:  # a WebSocket closed mid-answer, a malformed event: counted, never fatal
         result.outcome = f"transport:{type(exc).__name__}"
     finally:
