@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -60,3 +61,11 @@ if settings.RAG_PRELOAD:
     # Open the store and load its replica at start-up, so the first question does not wait for it.
     warm_up()
     workflow_sync_preload()
+
+# What start-up made (Django, the SDK's types, the pipeline, the replica: some 230,000 objects) lives as long as the
+# worker. A full garbage collection walked all of it, ~140 ms of CPU in one piece on the thread that runs the event
+# loop, so every stream here stalled whenever one ran under load (the loop-lag probe's max in
+# docs/benchmarks/streaming_load.md). Collected once, then frozen, it is never walked again; objects made later
+# are collected as before.
+gc.collect()
+gc.freeze()
