@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-import httpx2  # the openai SDK's HTTP library: cast_to=httpx2.Response asks its post for the raw reply
 from openai import APIResponseValidationError, AsyncOpenAI
 from pydantic import BaseModel
 
@@ -25,7 +24,14 @@ from rag.llm.client import ClientKey, get_client
 from rag.llm.config import CallPolicyConfig, LLMConfig
 from rag.llm.errors import InvalidLLMOutput
 from rag.llm.policy import DEFAULT_SLOT, CallLabel, CallPolicy, SlotTerms, StreamTimeouts
-from rag.llm.streams import ChatStreamParser, RawEventStream, ResponsesStreamParser, chat_usage, responses_usage
+from rag.llm.streams import (
+    ChatStreamParser,
+    RawEventStream,
+    ResponsesStreamParser,
+    chat_usage,
+    raw_post,
+    responses_usage,
+)
 from rag.llm.structured import output_schema, parse_output
 from rag.llm.types import LLMDelta, LLMResult
 from rag.state import Usage
@@ -99,13 +105,8 @@ def _ask_for_schema(backend: ChatBackend, body: dict[str, Any], name: str, schem
 
 
 async def _post_json(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> Any:
-    """POST ``body`` as it is and decode the reply's JSON.
-
-    The SDK's low-level ``post`` with ``cast_to=httpx.Response``, as RawEventStream does for streams: the URL, auth,
-    timeouts and errors (APIStatusError, APIConnectionError, APITimeoutError) are the SDK's, but the body skips its
-    recursive params transform (the JSON schema included) and the reply builds no pydantic model.
-    """
-    response = await client.post(path, cast_to=httpx2.Response, body=body)
+    """POST ``body`` as it is (`raw_post`, as RawEventStream does for streams) and decode the reply's JSON."""
+    response = await raw_post(client, path, body)
     try:
         return json.loads(response.content)
     except ValueError:

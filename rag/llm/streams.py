@@ -31,6 +31,7 @@ __all__ = [
     "ResponsesStreamParser",
     "StreamEventError",
     "chat_usage",
+    "raw_post",
     "responses_usage",
     "sse_json_events",
 ]
@@ -93,15 +94,25 @@ def _decoded(payload: str, request: httpx2.Request | None) -> Any:
 _NO_REQUEST = httpx2.Request("POST", "http://llm.invalid/")
 
 
+async def raw_post(client: AsyncOpenAI, path: str, body: Mapping[str, Any], *, stream: bool = False) -> httpx2.Response:
+    """POST ``body`` as it is to ``path`` and return the raw reply (its body unread when ``stream``).
+
+    The SDK's low-level ``post`` with ``cast_to=httpx.Response`` (its documented way to a raw response): the base
+    URL, auth headers, timeouts and errors (APIStatusError with the server's message, APIConnectionError,
+    APITimeoutError) are the SDK's, but the body skips its recursive transform of typed params (a JSON schema
+    included) and the reply builds no pydantic model. The one place the chat and Responses calls reach the SDK,
+    streamed (`RawEventStream`) or not (the backend's one-shot completions).
+    """
+    return await client.post(path, cast_to=httpx2.Response, body=dict(body), stream=stream)
+
+
 class RawEventStream:
     """One streamed response's events as dicts; ``close()`` closes the connection (the server stops generating).
 
-    Open it with ``await RawEventStream.open(client, "/chat/completions", body)``: the SDK's low-level ``post``
-    with ``cast_to=httpx.Response`` (its documented way to a raw response), so the base URL, auth headers, status
-    errors (APIStatusError with the server's message) and connect timeouts are still the SDK's, while neither the
-    request body (the SDK's recursive transform of typed params) nor any chunk goes through its models. Transport
-    failures while reading become APITimeoutError / APIConnectionError, as in the SDK's own stream, so the call
-    policy classifies them the same way.
+    Open it with ``await RawEventStream.open(client, "/chat/completions", body)``, sent by `raw_post`: the status
+    errors and connect timeouts are the SDK's, while no chunk goes through its models. Transport failures while
+    reading become APITimeoutError / APIConnectionError, as in the SDK's own stream, so the call policy classifies
+    them the same way.
     """
 
     __slots__ = ("_response",)
@@ -112,8 +123,7 @@ class RawEventStream:
     @classmethod
     async def open(cls, client: AsyncOpenAI, path: str, body: Mapping[str, Any]) -> RawEventStream:
         """Send a streaming request (``body`` already holds ``stream: true``); raises on an error status."""
-        response = await client.post(path, cast_to=httpx2.Response, body=dict(body), stream=True)
-        return cls(response)
+        return cls(await raw_post(client, path, body, stream=True))
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()

@@ -33,6 +33,7 @@ from rag.prompting.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, can
 from rag.prompting.prompts import CONVERSATION_SUMMARIZER, TRANSLATOR, UNIFIED_AGENT
 from rag.prompting.sources import cited_sources, number_sources, sources_prompt
 from rag.rules import answers, messages
+from rag.rules.asked import titles_asking
 from rag.rules.followup import ELABORATE, SHORTEN, SUMMARIZE
 from rag.rules.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
 from rag.rules.transforms import split_answer, transform_previous_answer
@@ -379,7 +380,8 @@ class ResponseSynth:
             # other queries when the question itself was searched first.
             searched = [q for q in dict.fromkeys([state.search_query, *state.queries]) if q and q != question]
             wanted = " ".join([question, *searched])
-            document = await self._document(answers.steps_to_fetch(wanted, chunks, language=language))
+            asking = titles_asking(wanted)  # read once for both
+            document = await self._document(answers.steps_to_fetch(wanted, chunks, language=language, asking=asking))
             composed = answers.extractive_answer(
                 wanted,
                 chunks,
@@ -387,6 +389,7 @@ class ResponseSynth:
                 max_sentences=self._max_sentences + extra,
                 min_sentences=self._min_sentences,
                 document=document,
+                asking=asking,
             )
             if composed is not None:
                 return composed

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rag.retrieval.term_counts import TermBags, WordIds, term_bags
+from rag.retrieval.term_counts import TOKEN_ID_MASK, TermBags, WordIds, term_bags
 from rag.text.question_words import without_question_words
 from rag.text.tokenize import token_bag
 
-TOKEN_ID_MASK = 0x7FFFFFFF
 TOKENIZER_NAME = "cjk-uni-bigram+latin-words+joins-v1"
 
 
@@ -38,6 +37,9 @@ def token_id(token: str) -> int:
             _ids.clear()
         _ids[token] = found
     return found
+
+
+_word_ids = WordIds(_ids, token_id)
 
 
 def _default_tokens(text: str) -> list[str]:
@@ -95,10 +97,9 @@ class BM25Encoder:
         `rag.text.tokenize.normalize`, when the caller has them."""
         if self._tokens is not _default_tokens:
             return _bags_of([self.term_counts(text) for text in texts])
-        ids = WordIds(_ids, token_id)
         given = normalized is not None
         source = normalized if normalized is not None else texts
-        parts = [term_bags(source[i : i + batch], ids, normalized=given) for i in range(0, len(source), batch)]
+        parts = [term_bags(source[i : i + batch], _word_ids, normalized=given) for i in range(0, len(source), batch)]
         return TermBags.concatenate(parts)
 
     def document_weights(self, bags: TermBags, avgdl: np.ndarray) -> np.ndarray:
@@ -112,14 +113,7 @@ class BM25Encoder:
         return tfs * (k1 + 1.0) / (tfs + norms[bags.owners])
 
     def term_counts(self, text: str) -> Counter[int]:
-        tokens = self._tokens(text)
-        # the ids looked up in C, once the tokens not seen before have theirs
-        for token in set(tokens).difference(_ids):
-            token_id(token)
-        try:
-            return Counter(map(_ids.__getitem__, tokens))
-        except KeyError:  # another thread started the cache afresh meanwhile
-            return Counter(map(token_id, tokens))
+        return _word_ids.counts(self._tokens(text))
 
     @staticmethod
     def average_lengths(bags: TermBags, groups: Sequence[str]) -> dict[str, float]:

@@ -12,8 +12,10 @@ token for token (tests compare the two on mixed Chinese and English text), so th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,8 +23,11 @@ from rag.text.tokenize import CJK_RANGES, EN_STOPWORDS, LATIN_WORD, normalize
 
 _WORD_RE = re.compile(LATIN_WORD)
 _SEPARATORS = np.array([ord(c) for c in "._'-"], dtype=np.uint32)
-_ID_BITS = 31  # token ids are crc32 masked to 31 bits (rag.retrieval.sparse.TOKEN_ID_MASK)
-_ID_MASK = (1 << _ID_BITS) - 1
+# Token ids are crc32 masked to 31 bits (`rag.retrieval.sparse.token_id`): stable across processes and small
+# enough for any sparse index, and room above them for a text's number in one int64 (see `_bags`).
+TOKEN_ID_BITS = 31
+TOKEN_ID_MASK = (1 << TOKEN_ID_BITS) - 1
+_T = TypeVar("_T")
 
 
 def _crc_table() -> np.ndarray:
@@ -43,7 +48,7 @@ def utf8_crc32(*characters: np.ndarray) -> np.ndarray:
     for points in characters:
         for byte in ((points >> 12) | 0xE0, ((points >> 6) & 0x3F) | 0x80, (points & 0x3F) | 0x80):
             crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> np.uint32(8))
-    return (crc ^ np.uint32(0xFFFFFFFF)).astype(np.int64) & _ID_MASK
+    return (crc ^ np.uint32(0xFFFFFFFF)).astype(np.int64) & TOKEN_ID_MASK
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +150,9 @@ def _joins(
 
 
 def _bags(owners: np.ndarray, ids: np.ndarray, texts: int) -> TermBags:
-    keys, counts = np.unique((owners << _ID_BITS) | ids, return_counts=True)
-    offsets = np.searchsorted(keys >> _ID_BITS, np.arange(texts + 1, dtype=np.int64))
-    return TermBags(keys & _ID_MASK, counts.astype(np.int64), offsets.astype(np.int64))
+    keys, counts = np.unique((owners << TOKEN_ID_BITS) | ids, return_counts=True)
+    offsets = np.searchsorted(keys >> TOKEN_ID_BITS, np.arange(texts + 1, dtype=np.int64))
+    return TermBags(keys & TOKEN_ID_MASK, counts.astype(np.int64), offsets.astype(np.int64))
 
 
 class WordIds:
@@ -158,10 +163,18 @@ class WordIds:
         self._make = make
 
     def ids(self, tokens: list[str]) -> np.ndarray:
+        """Each token's id, in order."""
+        return self._looked_up(tokens, lambda found: np.fromiter(found, dtype=np.int64, count=len(tokens)))
+
+    def counts(self, tokens: list[str]) -> Counter[int]:
+        """How often each token's id occurs."""
+        return self._looked_up(tokens, Counter)
+
+    def _looked_up(self, tokens: list[str], collect: Callable[[Iterator[int]], _T]) -> _T:
+        """`collect` of the tokens' ids, looked up in C once the tokens not seen before have theirs."""
         for token in set(tokens).difference(self._cache):
             self._make(token)
         try:
-            found = map(self._cache.__getitem__, tokens)
-            return np.fromiter(found, dtype=np.int64, count=len(tokens))
+            return collect(map(self._cache.__getitem__, tokens))
         except KeyError:  # another thread started the cache afresh meanwhile
-            return np.fromiter(map(self._make, tokens), dtype=np.int64, count=len(tokens))
+            return collect(map(self._make, tokens))

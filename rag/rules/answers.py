@@ -12,12 +12,11 @@ from urllib.parse import quote
 
 from rag.retrieval.chunking import ChunkingConfig
 from rag.rules import messages
-from rag.rules.asked import titles_asking
+from rag.rules.asked import TitlesAsking, titles_asking
 from rag.rules.passages import Block, Sentence, announces_list, answer_sentences
 from rag.rules.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
 from rag.rules.terms import query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
-from rag.text.question_words import question_kind
 
 _TRAILING_PUNCT_RE = re.compile(r"[。！？!?.；;：:，,]+$")
 _CITATION_RE = re.compile(r"\s?\[\d+\]")
@@ -90,19 +89,27 @@ def _in_language(chunks: list[RetrievedChunk], language: str) -> list[RetrievedC
 
 
 def answer_articles(
-    question: str, chunks: list[RetrievedChunk], *, language: str, max_chunks: int
+    asking: TitlesAsking, chunks: list[RetrievedChunk], *, language: str, max_chunks: int
 ) -> list[RetrievedChunk]:
     """The chunks an answer is drawn from, best first: articles (forms only when nothing else came back) in the
-    reply language, and of them those whose article is titled with the question, when there are any (an article
-    titled with the question, in other words, answers it; others only share its words)."""
+    reply language, and of them those whose article is titled with the question (`asking`), when there are any
+    (an article titled with the question, in other words, answers it; others only share its words)."""
     articles = _in_language([c for c in chunks if c.kind != "form"] or chunks, language)[:max_chunks]
-    return list(filter(titles_asking(question), articles)) or articles
+    return list(filter(asking, articles)) or articles
 
 
-def steps_to_fetch(question: str, chunks: list[RetrievedChunk], *, language: str, max_chunks: int = 5) -> str:
+def steps_to_fetch(
+    question: str,
+    chunks: list[RetrievedChunk],
+    *,
+    language: str,
+    max_chunks: int = 5,
+    asking: TitlesAsking | None = None,
+) -> str:
     """The doc_id of the article whose chunks the answer needs whole (a procedure written as step sections, of
-    which the best passage is one), or ""."""
-    return step_sections_doc(question, answer_articles(question, chunks, language=language, max_chunks=max_chunks))
+    which the best passage is one), or "". `asking`: `titles_asking(question)`, when the caller has it."""
+    asking = titles_asking(question) if asking is None else asking
+    return step_sections_doc(question, answer_articles(asking, chunks, language=language, max_chunks=max_chunks))
 
 
 def extractive_answer(
@@ -114,16 +121,19 @@ def extractive_answer(
     min_sentences: int = 2,
     max_chunks: int = 5,
     document: list[RetrievedChunk] | None = None,
+    asking: TitlesAsking | None = None,
 ) -> ComposedAnswer | None:
     """The sentences of the top chunks that share most terms with the question, in reading order, each cited;
     None when no chunk has a usable sentence. A procedural question whose best passage is a step of a procedure
     written as sections gets every step, from `document` (that article's chunks, see `steps_to_fetch`) or, without
-    it, from the chunks retrieved."""
-    articles = answer_articles(question, chunks, language=language, max_chunks=max_chunks)
+    it, from the chunks retrieved. `asking`: `titles_asking(question)`, when the caller has it (read once for
+    `steps_to_fetch` and this)."""
+    asking = titles_asking(question) if asking is None else asking
+    articles = answer_articles(asking, chunks, language=language, max_chunks=max_chunks)
     whole = _whole_procedure(question, chunks, articles, language=language, document=document)
     if whole is not None:
         return whole
-    candidates = _scored_sentences(question, articles)
+    candidates = _scored_sentences(question, articles, asking)
     chosen, chunk_best = _chosen_sentences(
         candidates, articles, max_sentences=max_sentences, min_sentences=min_sentences
     )
@@ -156,7 +166,7 @@ def _whole_procedure(
     return procedure_answer(procedure, language) if procedure is not None else None
 
 
-def _scored_sentences(question: str, articles: list[RetrievedChunk]) -> list[_Candidate]:
+def _scored_sentences(question: str, articles: list[RetrievedChunk], asking: TitlesAsking) -> list[_Candidate]:
     """Every sentence of the articles that shares a term with the question, scored, best first."""
     wanted = query_terms(question)
     candidates: list[_Candidate] = []
@@ -176,7 +186,7 @@ def _scored_sentences(question: str, articles: list[RetrievedChunk]) -> list[_Ca
             if _CROSS_REFERENCE_RE.match(sentence):
                 score /= 2  # "See 'How do I reset my password'" points elsewhere instead of answering
             candidates.append((score, rank, position, line))
-    if articles and question_kind(question) in _AMOUNT_KINDS and titles_asking(question)(articles[0]):
+    if articles and asking.kind in _AMOUNT_KINDS and asking(articles[0]):
         # "多久", "how many" asked by the article's own title: of its sentences, those that give an amount answer
         # it; the others only share the question's words
         candidates = [c for c in candidates if _AMOUNT_RE.search(c[3].text)] or candidates

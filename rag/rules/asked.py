@@ -11,7 +11,8 @@ one that answers it, so retrieval puts it first and the answer is drawn from it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from dataclasses import dataclass
 
 from rag.retrieval.chunking import ChunkingConfig
 from rag.rules.terms import query_terms, text_terms
@@ -22,33 +23,43 @@ _SEPARATOR = ChunkingConfig().heading_separator
 # Of a title's own words (question words left out), the share the user's question must contain: most of them, so
 # that one shared word ("下載") does not make "何時可以下載？" the question "課程什麼時候可以下載離線觀看".
 MIN_SHARED = 0.5
+# Titles and headings read (`_read`): a corpus has a few thousand, and the same ones come back answer after answer.
+_TITLES_KEPT = 8192
 
 
-def asks_the_question(question: str, chunk: RetrievedChunk) -> bool:
-    """Whether the chunk's article title, or one of its section headings read in the title's context, asks what
-    `question` asks: the same kind of question (a time, a quantity, a manner...), with at least half of the
-    title's words in the question."""
-    return titles_asking(question)(chunk)
+@dataclass(frozen=True, slots=True)
+class TitlesAsking:
+    """A question read once (`titles_asking`), to be put to many chunks: called with a chunk, whether its article
+    title, or one of its section headings read in the title's context, asks what the question asks: the same kind
+    of question (a time, a quantity, a manner...), with at least half of the title's words in the question."""
 
+    kind: str  # `question_kind` of the question; "" when it asks nothing, and then no title asks it
+    terms: frozenset[str]  # `text_terms` of the question (empty when it asks nothing)
 
-def titles_asking(question: str) -> Callable[[RetrievedChunk], bool]:
-    """`asks_the_question` for one question and many chunks (the question is read once)."""
-    kind = question_kind(question)
-    asked = text_terms(question) if kind else set()
-
-    def asks(chunk: RetrievedChunk) -> bool:
-        if not kind:
+    def __call__(self, chunk: RetrievedChunk) -> bool:
+        if not self.kind:
             return False
-        title_terms = query_terms(chunk.title)
+        title_terms = _read(chunk.title)[1]
         for part in _titles(chunk):
-            if question_kind(part) != kind:
+            kind, terms = _read(part)
+            if kind != self.kind:
                 continue
-            wanted = title_terms | query_terms(part)
-            if wanted and len(wanted & asked) / len(wanted) >= MIN_SHARED:
+            wanted = title_terms | terms
+            if wanted and len(wanted & self.terms) / len(wanted) >= MIN_SHARED:
                 return True
         return False
 
-    return asks
+
+def titles_asking(question: str) -> TitlesAsking:
+    """The question read for `TitlesAsking`: read it once per answer and put it to every chunk."""
+    kind = question_kind(question)
+    return TitlesAsking(kind, frozenset(text_terms(question)) if kind else frozenset())
+
+
+@functools.lru_cache(maxsize=_TITLES_KEPT)
+def _read(title: str) -> tuple[str, frozenset[str]]:
+    """What a title or heading asks (`question_kind`) and its own words (`query_terms`), read once per text."""
+    return question_kind(title), frozenset(query_terms(title))
 
 
 def _titles(chunk: RetrievedChunk) -> list[str]:

@@ -1,8 +1,9 @@
 """Every LLM call of the application goes through one place, the LLM backend, and so through the concurrency
 manager: no other module calls the OpenAI SDK, and a whole question takes exactly one slot per upstream attempt.
 
-The chat and Responses calls go through the SDK's low-level `client.post` (raw bodies, no per-chunk models): the
-backend's one-shot call, and the stream it opens through `rag.llm.streams`; embeddings through the SDK's resource."""
+The chat and Responses calls go through the SDK's low-level `client.post` (raw bodies, no per-chunk models), made in
+one place, `rag.llm.streams.raw_post`, for the backend's one-shot calls and the streams it opens; embeddings through
+the SDK's resource."""
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def test_only_the_llm_backend_calls_the_sdk() -> None:
     elsewhere = [call for call in calls if not call.startswith(tuple(point + ":" for point in CHOKE_POINTS))]
     assert not elsewhere, "LLM calls must go through rag.llm.backends (policy, slot, retries):\n" + "\n".join(elsewhere)
     receivers = sorted(call.split(" ", 1)[1] for call in calls)
-    # The scan sees the backend's own calls: one-shot and streamed (both APIs, by path), and embeddings.
-    assert receivers == ["client.embeddings.create(...)", "client.post(...)", "client.post(...)"]
+    # The scan sees the backend's own calls: the raw post (one-shot and streamed, both APIs, by path) and embeddings.
+    assert receivers == ["client.embeddings.create(...)", "client.post(...)"]
 
 
 @pytest.mark.parametrize("backend", ["chat", "responses"])

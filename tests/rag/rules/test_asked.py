@@ -15,7 +15,7 @@ from rag.retrieval.markdown import document_from_text
 from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.store import VectorStore
 from rag.rules import answers
-from rag.rules.asked import asks_the_question
+from rag.rules.asked import titles_asking
 from rag.state import RetrievedChunk
 from tests.rag.nodes.support import make_state, make_writer
 
@@ -74,17 +74,17 @@ def chunk(title: str, heading: str = "") -> RetrievedChunk:
 
 
 def test_a_title_asking_the_same_kind_of_question_about_most_of_its_words_asks_it() -> None:
-    assert asks_the_question(QUESTION, chunk("停車證何時更新"))  # 多久 and 何時 both ask for a time
-    assert asks_the_question("How long until my parking permit is renewed?", chunk("When is a parking permit renewed"))
+    assert titles_asking(QUESTION)(chunk("停車證何時更新"))  # 多久 and 何時 both ask for a time
+    assert titles_asking("How long until my parking permit is renewed?")(chunk("When is a parking permit renewed"))
     # a section heading is read with its article's title
-    assert asks_the_question("電子證書什麼時候可以下載？", chunk("電子證書", "電子證書 > 何時可以下載？"))
+    assert titles_asking("電子證書什麼時候可以下載？")(chunk("電子證書", "電子證書 > 何時可以下載？"))
 
 
 def test_another_kind_of_question_or_other_words_do_not_ask_it() -> None:
-    assert not asks_the_question("停車證如何更新？", chunk("停車證何時更新"))  # a manner, not a time
-    assert not asks_the_question(QUESTION, chunk("市民訓練中心停車證與停車費計算方式"))  # asks nothing
-    assert not asks_the_question("App 課程什麼時候可以下載離線觀看？", chunk("電子證書", "電子證書 > 何時可以下載？"))
-    assert not asks_the_question("重設密碼", chunk("如何重設密碼"))  # the user's words ask nothing
+    assert not titles_asking("停車證如何更新？")(chunk("停車證何時更新"))  # a manner, not a time
+    assert not titles_asking(QUESTION)(chunk("市民訓練中心停車證與停車費計算方式"))  # asks nothing
+    assert not titles_asking("App 課程什麼時候可以下載離線觀看？")(chunk("電子證書", "電子證書 > 何時可以下載？"))
+    assert not titles_asking("重設密碼")(chunk("如何重設密碼"))  # the user's words ask nothing
 
 
 async def test_the_article_titled_with_the_question_is_retrieved_first(retriever: StoreRetriever) -> None:
