@@ -264,15 +264,23 @@ def server_pass(
     load_before = load_average()
     probe = Probe(worker.url, duration, folder)
     cpu_before = cpu_seconds(worker.process.pid)
+    backend_before = simulator.stats()
     run = asyncio.run(run_load(config))
     tail_s = settle(simulator)
     cpu = cpu_seconds(worker.process.pid) - cpu_before
+    backend_after = simulator.stats()
     figures = summary(run)
     figures["loop_lag_ms"] = probe.result(timeout=30.0)
     answers = figures["completed"]
     figures["ttft_each_ms"] = [round(r.ttft * 1000, 1) if r.ttft is not None else None for r in run.results]
     figures["worker_cpu_s"] = round(cpu, 3)
     figures["tail_s"] = tail_s
+    # Backend work thrown away: calls the simulator started and then saw the client leave (the pass's own, with the
+    # tail of summaries it left; the server never has more calls in flight than the simulator's slots, so an
+    # aborted call had started decoding).
+    figures["backend"] = {
+        key: backend_after[key] - backend_before[key] for key in ("attempts", "completed", "aborted", "dropped")
+    }
     figures["cpu_ms_per_answer"] = round(cpu * 1000 / answers, 2) if answers else None
     figures["load_average"] = [load_before, load_average()]
     if plot is not None:

@@ -60,6 +60,8 @@ class AnswerResult:
     outcome: str = ""
     cached: bool = False
     answer_chars: int = 0
+    degraded: bool = False  # meta_summary.degraded: rules stood in for the model somewhere in the answer
+    skipped: tuple[str, ...] = ()  # meta_summary.skipped: auxiliary calls left out (no slot in time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,8 @@ def _record_event(event: dict[str, Any], result: AnswerResult, t0: float) -> boo
         result.total = time.monotonic() - t0
         result.outcome = "ok" if channel == "meta_summary" else str(event.get("code", "error"))
         result.cached = bool(event.get("cached", False))
+        result.degraded = bool(event.get("degraded", False))
+        result.skipped = tuple(str(kind) for kind in event.get("skipped") or ())
         return True
     return False
 

@@ -36,6 +36,8 @@ def summary(run: Run, *, llm_capacity: int = 0) -> dict[str, Any]:
         "ttft_ms": _percentiles([r.ttft for r in ok if r.ttft is not None]),
         "total_ms": _percentiles([r.total for r in ok if r.total is not None]),
         "errors": dict(Counter(r.outcome for r in run.results if r.outcome != "ok")),
+        "degraded": sum(1 for r in ok if r.degraded),
+        "skipped": dict(Counter(kind for r in ok for kind in r.skipped)),
     }
     if run.metrics:
         running = [m.running for m in run.metrics]

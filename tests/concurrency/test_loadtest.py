@@ -97,3 +97,22 @@ def test_gauges_are_summed_over_labels() -> None:
     text = 'vllm:num_requests_running{model_name="a"} 2.0\nvllm:num_requests_running{model_name="b"} 1.0\n'
     assert parse_gauge(text, "vllm:num_requests_running") == 3.0
     assert parse_gauge(text, "vllm:num_requests_waiting") == 0.0
+
+
+def test_degraded_answers_and_skipped_calls_are_counted_from_the_terminal_event() -> None:
+    from concurrency.loadtest.driver import AnswerResult, Run, _record_event
+
+    run = Run(LoadConfig(url="http://127.0.0.1:9"))
+    events = [
+        {"channel": "meta_summary", "degraded": True, "skipped": ["planner"]},
+        {"channel": "meta_summary", "degraded": False, "skipped": []},
+        {"channel": "meta_summary"},
+    ]
+    for event in events:
+        result = AnswerResult(started=0.0)
+        _record_event({"channel": "answer", "delta": "x"}, result, 0.0)
+        assert _record_event(event, result, 0.0)
+        run.results.append(result)
+    figures = summary(run)
+    assert figures["completed"] == 3
+    assert figures["degraded"] == 1 and figures["skipped"] == {"planner": 1}
