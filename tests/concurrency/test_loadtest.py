@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -103,7 +104,7 @@ def test_degraded_answers_and_skipped_calls_are_counted_from_the_terminal_event(
     from concurrency.loadtest.driver import AnswerResult, Run, _record_event
 
     run = Run(LoadConfig(url="http://127.0.0.1:9"))
-    events = [
+    events: list[dict[str, Any]] = [
         {"channel": "meta_summary", "degraded": True, "skipped": ["planner"]},
         {"channel": "meta_summary", "degraded": False, "skipped": []},
         {"channel": "meta_summary"},
