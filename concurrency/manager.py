@@ -45,6 +45,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_E = TypeVar("_E", bound=tuple[Any, ...])  # a heap entry whose last item is its waiter
 
 KNOWN_BACKENDS = ("default", "chat", "responses", "embedding")
 # Placeholders for get_manager() when the caller passes no limits; real values come from settings,
@@ -156,6 +157,62 @@ class _Backend:
         self.retry_cache: tuple[float, float] | None = None  # (computed_at, seconds)
         # (released_at, seconds held) of the latest calls: how long a permit is held, for retry_after.
         self.holds: deque[tuple[float, float]] = deque(maxlen=_HOLD_SAMPLES)
+
+    def drop_queued(self) -> None:
+        """Empty the arrival deques and both heaps (the caller has accounted for ``waiting``)."""
+        if self.queue:
+            self.queue.clear()
+        if self.low:
+            self.low.clear()
+        if self.heap:
+            self.heap.clear()
+        if self.deadlines:
+            self.deadlines.clear()
+
+
+def _still_waiting(b: _Backend, w: _Waiter) -> bool:
+    """Whether ``w`` is still owed a permit: the one test every pop applies to a queued entry.
+
+    A waiter whose task was cancelled but has not run its handler yet is retired here, so it is not granted a
+    permit nobody would use; the handler then sees CANCELLED and does nothing.
+    """
+    if w.state is not _WAITING:
+        return False
+    if w.fut.done():
+        w.state = _CANCELLED
+        b.waiting -= 1
+        return False
+    return True
+
+
+def _first_waiting(b: _Backend, q: deque[_Waiter]) -> _Waiter | None:
+    """The oldest live waiter of an arrival deque, left at its head; the dead entries before it are dropped."""
+    while q:
+        head = q[0]
+        if _still_waiting(b, head):
+            return head
+        q.popleft()
+    return None
+
+
+def _waiting_now(q: deque[_Waiter]) -> list[_Waiter]:
+    """The live waiters of an arrival deque, in order, without changing anything (stats may run off the loop).
+
+    list() copies the deque in one C call, so a call from another thread (a sync view) cannot hit "deque
+    mutated during iteration".
+    """
+    return [w for w in list(q) if w.state is _WAITING and not w.fut.done()]
+
+
+def _without_dead(q: deque[_Waiter]) -> deque[_Waiter]:
+    return deque(w for w in q if w.state is _WAITING)
+
+
+def _heap_without_dead(heap: list[_E]) -> list[_E]:
+    """A heap of (..., waiter) entries rebuilt from its live ones (the waiter is each entry's last item)."""
+    live = [e for e in heap if e[-1].state is _WAITING]
+    heapq.heapify(live)
+    return live
 
 
 def _check_limit(backend: str, n: int) -> int:
@@ -466,79 +523,40 @@ class LLMConcurrencyManager:
         self._maybe_compact(b)
 
     def _pop_next(self, b: _Backend, now: float) -> _Waiter | None:
-        w = self._pop_request(b, now)
-        return w if w is not None else self._pop_low(b)
-
-    @staticmethod
-    def _pop_low(b: _Backend) -> _Waiter | None:
-        low = b.low
-        while low:
-            w = low.popleft()
-            if w.state is not _WAITING:
-                continue
-            if w.fut.done():
-                w.state = _CANCELLED
-                b.waiting -= 1
-                continue
-            return w
-        return None
-
-    def _pop_request(self, b: _Backend, now: float) -> _Waiter | None:
-        q = b.queue
-        while q:
-            head = q[0]
-            if head.state is not _WAITING:
-                q.popleft()
-            elif head.fut.done():
-                # Its task was cancelled but has not run its handler yet; retire it here so it is not
-                # granted a permit nobody would use. The handler then sees CANCELLED and does nothing.
-                head.state = _CANCELLED
-                b.waiting -= 1
-                q.popleft()
-            else:
-                break
-        else:
-            return None
+        """The waiter a free permit goes to: a request's (see the class docstring for the order), else the oldest
+        low-priority one, which therefore never goes ahead of a request and is never boosted."""
+        head = _first_waiting(b, b.queue)
+        if head is None:
+            low = _first_waiting(b, b.low)
+            if low is not None:
+                b.low.popleft()
+            return low
         # The deque head is the oldest live waiter: if anyone is boosted, it is, and it is the oldest.
         if not self._priority or now - head.enqueued >= self._starvation_threshold:
-            q.popleft()
+            b.queue.popleft()
             return head
         heap = b.heap
         while heap:
             w = heapq.heappop(heap)[1]
-            if w.state is not _WAITING:
-                continue
-            if w.fut.done():
-                w.state = _CANCELLED
-                b.waiting -= 1
-                continue
-            return w  # stays in the deque as a dead entry, dropped when it reaches the head
+            if _still_waiting(b, w):
+                return w  # stays in the deque as a dead entry, dropped when it reaches the head
         return None  # unreachable while the invariant "every live waiter is in the heap" holds
 
     def _maybe_compact(self, b: _Backend) -> None:
         if not b.waiting:
             # Nobody is waiting, so every remaining entry is dead. The timer is left armed on purpose
             # (see _on_deadline); it finds an empty heap and stops.
-            if b.queue:
-                b.queue.clear()
-            if b.low:
-                b.low.clear()
-            if b.heap:
-                b.heap.clear()
-            if b.deadlines:
-                b.deadlines.clear()
+            b.drop_queued()
             return
         bound = 2 * b.waiting + _COMPACT_SLACK
         if len(b.queue) > bound:
-            b.queue = deque(w for w in b.queue if w.state is _WAITING)
+            b.queue = _without_dead(b.queue)
         if len(b.low) > bound:
-            b.low = deque(w for w in b.low if w.state is _WAITING)
+            b.low = _without_dead(b.low)
         if len(b.heap) > bound:
-            b.heap = [e for e in b.heap if e[1].state is _WAITING]
-            heapq.heapify(b.heap)
+            b.heap = _heap_without_dead(b.heap)
         if len(b.deadlines) > bound:
-            b.deadlines = [e for e in b.deadlines if e[2].state is _WAITING]
-            heapq.heapify(b.deadlines)
+            b.deadlines = _heap_without_dead(b.deadlines)
 
     def _retry_after(self, b: _Backend) -> float:
         """Estimate for BusyError.retry_after: the work queued ahead of a new caller, (waiters + 1) x the mean
@@ -569,10 +587,7 @@ class LLMConcurrencyManager:
             for b in self._backends.values():
                 b.in_progress = 0
                 b.waiting = 0
-                b.queue.clear()
-                b.low.clear()
-                b.heap.clear()
-                b.deadlines.clear()
+                b.drop_queued()
         for b in self._backends.values():
             # Deadline timers belong to the old loop; a new waiter arms one on the new loop.
             if b.timer is not None:
@@ -692,9 +707,7 @@ class LLMConcurrencyManager:
         """The first ``size`` waiters in the order they would be served if permits freed up now."""
         if size <= 0:
             return []
-        # list() copies the deque in one C call, so a stats() call from another thread (a sync view)
-        # cannot hit "deque mutated during iteration".
-        live = [w for w in list(b.queue) if w.state is _WAITING and not w.fut.done()]
+        live = _waiting_now(b.queue)
         threshold = self._starvation_threshold
         if self._priority:
             # Boosted waiters are a prefix of the arrival-ordered list; the rest go by heap key.
@@ -707,7 +720,7 @@ class LLMConcurrencyManager:
         else:
             order = live
         if len(order) < size:
-            order += [w for w in list(b.low) if w.state is _WAITING and not w.fut.done()]
+            order += _waiting_now(b.low)
         return [
             {
                 "request_id": w.request_id,

@@ -22,6 +22,7 @@ Policy, stated once:
   forced switch (up to 5 ms later): the event loop needs it far more urgently than the next item.
 - The thread starts with the writer, or with `start=False` at the first `start()` (items submitted before wait in
   the queue); closing a writer whose thread never started lets its queued items go, counted in `dropped`.
+  `started_at` says when it started, for a tick that keeps schedules of its own.
 - `drain(timeout)` waits until everything queued so far was handled; `close(timeout)` drains, stops the thread and
   joins it, each step bounded by `timeout`: a stuck writer never holds a shutdown. A closed writer's thread ends
   once its queue is empty, even when the stop item found no room.
@@ -91,6 +92,7 @@ class WriterThread(Generic[T]):
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._start_lock = threading.Lock()
         self._started = False
+        self._started_at: float | None = None  # time.monotonic() at the start
         if start:
             self.start()
 
@@ -101,13 +103,19 @@ class WriterThread(Generic[T]):
         with self._start_lock:
             if self._started or self._closed:
                 return
-            self._next_tick = time.monotonic() + self._tick_after
+            self._started_at = time.monotonic()
+            self._next_tick = self._started_at + self._tick_after
             self._thread.start()
             self._started = True
 
     @property
     def started(self) -> bool:
         return self._started
+
+    @property
+    def started_at(self) -> float | None:
+        """`time.monotonic()` when the thread was started; None before."""
+        return self._started_at
 
     # --- producers ---------------------------------------------------------------------------------------------
     def submit(self, item: T) -> bool:

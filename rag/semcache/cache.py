@@ -201,10 +201,10 @@ class SemanticCache:
             after=_close_old_connections,
             start=False,
         )
-        self._next_flush = 0.0  # monotonic times, set when the writer starts
+        # When the writer's tick next flushes and purges (monotonic); its first call counts both from the writer's
+        # start (`started_at`). Only the writer thread touches them.
+        self._next_flush: float | None = None
         self._next_purge = 0.0
-        self._thread_lock = threading.Lock()
-        self._closed = False
         # Counters and pending hits are touched from lookup threads, the writer thread and stats readers.
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
@@ -268,8 +268,8 @@ class SemanticCache:
             producer=producer,
             vector=vector,
         )
-        self._ensure_writer()
-        if not self._writer.submit(job) and not self._closed:
+        self._writer.start()
+        if not self._writer.submit(job) and not self._writer.closed:
             self._count("store_dropped")
             logger.warning("semantic cache: %d writes pending, an answer was not cached", self._writer.queue_size)
 
@@ -324,24 +324,18 @@ class SemanticCache:
             self._counts["hits"] += 1
             count, _ = self._pending_hits.get(entry_id, (0, now))
             self._pending_hits[entry_id] = (count + 1, now)
-        self._ensure_writer()  # it flushes the counters
+        self._writer.start()  # it flushes the counters
 
     # --- the writer thread -------------------------------------------------------------------------------------
-
-    def _ensure_writer(self) -> None:
-        if self._writer.started:
-            return
-        with self._thread_lock:
-            if self._closed or self._writer.started:
-                return
-            now = time.monotonic()
-            self._next_flush = now + self._flush_interval
-            self._next_purge = now + self._purge_interval
-            self._writer.start()
 
     def _background_work(self, stopping: bool) -> float:
         """The writer's tick: hit counters every `flush_interval` and as it stops, the purge every `purge_interval`
         or as soon as the index moved; returns the seconds until the next is due."""
+        if self._next_flush is None:
+            started = self._writer.started_at
+            assert started is not None  # a tick runs on the writer's own thread, so after its start
+            self._next_flush = started + self._flush_interval
+            self._next_purge = started + self._purge_interval
         now = time.monotonic()
         if now >= self._next_flush or stopping:
             self.flush_hits()
@@ -506,11 +500,9 @@ class SemanticCache:
         return self._writer.drain(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued, flush the hit counters and stop the writer thread (deps.close() calls this)."""
-        with self._thread_lock:
-            if self._closed:
-                return
-            self._closed = True
+        """Write what is queued, flush the hit counters and stop the writer thread (deps.close() calls this).
+
+        Closing again is harmless: the writer, already closed, returns at once and the rest is idempotent too."""
         if not self._writer.close(timeout):
             logger.warning("semantic cache: writer did not drain in %.1fs; queued answers are lost", timeout)
         self._executor.shutdown(wait=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -220,11 +221,14 @@ def test_a_writer_made_without_starting_queues_until_started(gate: Gate) -> None
     writer: WriterThread[int] = WriterThread(gate, name="test-writer", queue_size=2, start=False)
     assert writer.submit(1) and writer.submit(2)
     assert writer.submit(3) is False  # the bound holds before the start too
-    assert not writer.started and not writer.alive
+    assert not writer.started and not writer.alive and writer.started_at is None
 
     gate.release.set()
+    before = time.monotonic()
     writer.start()
+    started_at = writer.started_at
     writer.start()  # once only
+    assert started_at is not None and before <= started_at <= time.monotonic() and writer.started_at == started_at
     assert writer.drain(WAIT) and gate.seen == [1, 2]
     assert writer.close(WAIT)
 

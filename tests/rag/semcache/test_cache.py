@@ -10,6 +10,7 @@ from rag.semcache.guard import question_normalize
 from rag.semcache.models import CacheEntry, CacheEntryDocument
 from rag.semcache.services import cache_entries_invalidate_for_documents
 from tests.rag.semcache.conftest import ENROL_SOURCES, PASSWORD_SOURCES, PromptVersions, remember
+from tests.waiting import until
 
 # The writer thread has its own database connection: it must see committed rows, and the test must see its.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -171,6 +172,28 @@ async def test_closing_the_cache_flushes_pending_hits(semantic_cache):
     assert (await CacheEntry.objects.aget()).hits == 1
 
 
+async def test_the_writer_flushes_hit_counters_every_flush_interval_from_its_start(make_cache):
+    semantic_cache = make_cache(flush_interval=0.1)
+    await remember(semantic_cache, "如何重設密碼？")  # the first store starts the writer
+    assert await semantic_cache.lookup("如何重設密碼", language="zh-hant") is not None
+
+    await until(lambda: semantic_cache.stats()["pending_hits"] == 0)  # neither flush_hits() nor close() called
+    await asyncio.to_thread(semantic_cache.close)  # joins the writer, so that flush has finished
+
+    assert (await CacheEntry.objects.aget()).hits == 1
+    assert semantic_cache.stats()["errors"] == 0
+
+
+async def test_a_closed_cache_can_be_closed_again_and_drops_stores_quietly(semantic_cache):
+    await asyncio.to_thread(semantic_cache.close)
+    await asyncio.to_thread(semantic_cache.close)
+
+    await semantic_cache.store("如何重設密碼？", language="zh-hant", answer=ANSWER, sources=PASSWORD_SOURCES)
+
+    stats = semantic_cache.stats()
+    assert (stats["store_dropped"], stats["pending_writes"]) == (0, 0)  # not a full queue: nothing to warn about
+
+
 async def test_ungrounded_answers_are_not_stored(semantic_cache):
     await semantic_cache.store("如何重設密碼？", language="zh-hant", answer="抱歉，我找不到相關資料。", sources=[])
     assert await asyncio.to_thread(semantic_cache.wait_idle)
@@ -189,7 +212,7 @@ async def test_the_same_question_twice_is_stored_once(semantic_cache):
 
 async def test_a_full_write_queue_drops_the_store_without_waiting(make_cache, monkeypatch):
     semantic_cache = make_cache(max_pending_writes=1)
-    monkeypatch.setattr(semantic_cache, "_ensure_writer", lambda: None)  # nobody drains the queue
+    monkeypatch.setattr(semantic_cache._writer, "start", lambda: None)  # nobody drains the queue
 
     for question in ("如何重設密碼？", "如何報名課程？"):
         await asyncio.wait_for(
