@@ -19,7 +19,7 @@ from channels.db import database_sync_to_async
 
 from chatbot.clientaddr import client_origin_var
 from chatbot.logcontext import conversation_id_var, request_id_var
-from chatbot.recording import exchange_recorder
+from chatbot.recording import OutcomeUnknown, exchange_recorder
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
 from chatbot.summaries import summary_settled, summary_write_later
 from concurrency.jsonio import JsonInputError, json_check
@@ -205,8 +205,9 @@ class ChatExchange:
 
 def _record_done(task: asyncio.Task[Any]) -> None:
     _background.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("recording exchange failed: %r", task.exception())
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        outcome = "has an unknown outcome" if isinstance(exc, OutcomeUnknown) else "failed"  # it may still commit
+        logger.error("recording exchange %s: %r", outcome, exc)
 
 
 async def exchange_open(ask: AskInput) -> ChatExchange:

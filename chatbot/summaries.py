@@ -19,6 +19,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
+from chatbot.recording import OutcomeUnknown
 from chatbot.services import conversation_summary_set
 
 logger = logging.getLogger(__name__)
@@ -56,8 +57,9 @@ async def _write(
 def _finished(conversation_id: str, task: asyncio.Task[None]) -> None:
     if _pending.get(conversation_id) is task:
         del _pending[conversation_id]
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("writing the conversation summary failed: %r", task.exception())
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        outcome = "has an unknown outcome" if isinstance(exc, OutcomeUnknown) else "failed"  # it may still commit
+        logger.error("writing the conversation summary %s: %r", outcome, exc)
 
 
 async def summary_settled(conversation_id: str, max_wait: float = SUMMARY_BEFORE_NEXT_TURN_WAIT) -> None:
