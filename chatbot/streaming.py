@@ -15,8 +15,6 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from channels.db import database_sync_to_async
-
 from chatbot.clientaddr import client_origin_var
 from chatbot.logcontext import conversation_id_var, request_id_var
 from chatbot.recording import OutcomeUnknown, exchange_recorder
@@ -221,8 +219,9 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
     else:
         await summary_settled(ask.conversation_id)
         try:
-            context = await database_sync_to_async(conversation_context_get)(
-                conversation_id=ask.conversation_id, client_id=ask.client_id
+            # on the recording thread's kept connection, queued after the writes of the turns before
+            context = await exchange_recorder().run(
+                conversation_context_get, conversation_id=ask.conversation_id, client_id=ask.client_id
             )
         except UnknownConversation as exc:
             raise BadRequest(str(exc)) from None
