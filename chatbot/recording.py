@@ -9,29 +9,42 @@ write. So exchanges are written by one thread of their own whose connection live
   dropped it meanwhile), and after a call that failed; an unusable one is closed, and the next call opens a new one;
 - closed, with the thread, by `aclose()` when the worker stops (after the last writes of its drain).
 
-Calls are bounded: at most `max_pending` wait for the thread at once; one more waits `queue_timeout` seconds for a
-place, then fails (the caller logs it like any failed write).
+Calls are bounded. At most `max_pending` are queued for the thread (or running in it) at once; one more waits for a
+place. No call waits more than `queue_timeout` seconds in all, for a place and then for the thread, before it starts:
+past that it fails with `RecorderBusy` and has written nothing. The thread checks the same deadline when it takes a
+call up, so a call whose caller has given up, or is about to, is never run late. Once started, a call is waited for
+until it ends: its real outcome is what the caller gets, for at most `outcome_timeout` seconds more; past that it
+fails with `OutcomeUnknown`, logged as an unknown outcome, not as a failure: it may still commit.
+
+Calls come from one event loop at a time (the server's); the places are counted per loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
-__all__ = ["ExchangeRecorder", "exchange_recorder"]
+__all__ = ["ExchangeRecorder", "OutcomeUnknown", "RecorderBusy", "exchange_recorder"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class RecorderBusy(RuntimeError):
+    """The call did not start within its `queue_timeout`: it was not run, nothing was written."""
+
+
+class OutcomeUnknown(TimeoutError):
+    """The call started but had not ended within `outcome_timeout`: it may still commit, or fail."""
 
 
 class ExchangeRecorder:
@@ -41,18 +54,21 @@ class ExchangeRecorder:
         idle_check_seconds: float = 30.0,
         max_pending: int = 1000,
         queue_timeout: float = 30.0,
+        outcome_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         alias: str = DEFAULT_DB_ALIAS,
     ) -> None:
         self.idle_check_seconds = idle_check_seconds
         self.max_pending = max_pending
         self.queue_timeout = queue_timeout
+        self.outcome_timeout = outcome_timeout
         self.alias = alias
-        self._clock = clock
+        self._clock = clock  # the idle checks and the queue deadline
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._last_used = -math.inf
-        self._pending = 0
+        self._places_loop: asyncio.AbstractEventLoop | None = None
+        self._places = asyncio.Semaphore(max_pending)
         self.connections_opened = 0  # how many connections the thread has opened (tests, logs)
 
     def _thread(self) -> ThreadPoolExecutor:
@@ -61,19 +77,58 @@ class ExchangeRecorder:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exchange-recorder")
             return self._executor
 
-    async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """`fn(**kwargs)` in the recording thread, on its kept connection."""
-        if self._pending >= self.max_pending:
-            raise RuntimeError(f"{self._pending} exchange writes are already waiting for the database")
-        self._pending += 1
-        try:
-            loop = asyncio.get_running_loop()
-            call = functools.partial(self._call, fn, kwargs)
-            return await asyncio.wait_for(loop.run_in_executor(self._thread(), call), self.queue_timeout)
-        finally:
-            self._pending -= 1
+    def _places_here(self) -> asyncio.Semaphore:
+        # An asyncio semaphore serves the loop it first waited on; a new loop (each test has its own) gets a new one.
+        loop = asyncio.get_running_loop()
+        if self._places_loop is not loop:
+            self._places_loop, self._places = loop, asyncio.Semaphore(self.max_pending)
+        return self._places
 
-    def _call(self, fn: Callable[..., T], kwargs: dict[str, Any]) -> T:
+    async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """`fn(**kwargs)` in the recording thread, on its kept connection.
+
+        Raises `RecorderBusy` when it could not start within `queue_timeout` (it never runs), `OutcomeUnknown` when
+        it started but did not end within `outcome_timeout` more.
+        """
+        deadline = self._clock() + self.queue_timeout
+        places = self._places_here()
+        try:
+            async with asyncio.timeout(self.queue_timeout):
+                await places.acquire()
+        except TimeoutError:
+            raise RecorderBusy(f"no place within {self.queue_timeout} s: {self.max_pending} calls are queued") from None
+        try:
+            return await self._outcome(self._thread().submit(self._call, fn, kwargs, deadline), deadline)
+        finally:
+            places.release()
+
+    async def _outcome(self, job: Future[T], deadline: float) -> T:
+        outcome = asyncio.wrap_future(job)
+        try:
+            await asyncio.wait({outcome}, timeout=max(0.0, deadline - self._clock()))
+        except asyncio.CancelledError:
+            job.cancel()  # not started yet: it never will be; started: it ends on its own
+            raise
+        if not outcome.done() and job.cancel():  # `cancel()` fails once the thread has started the call
+            raise RecorderBusy(f"the recording thread did not take the call up within {self.queue_timeout} s")
+        try:
+            done, _ = await asyncio.wait({outcome}, timeout=self.outcome_timeout)
+        except asyncio.CancelledError:
+            outcome.add_done_callback(_late_outcome_log)  # its caller has gone; the call goes on
+            raise
+        if done:
+            return outcome.result()
+        logger.error(
+            "a call in the recording thread is still running %.1f s past its queue deadline; its outcome is unknown"
+            " (it may still commit)",
+            self.outcome_timeout,
+        )
+        outcome.add_done_callback(_late_outcome_log)
+        raise OutcomeUnknown(f"still running {self.outcome_timeout} s past its queue deadline; the outcome is unknown")
+
+    def _call(self, fn: Callable[..., T], kwargs: dict[str, Any], deadline: float) -> T:
+        if self._clock() > deadline:  # its caller gives up on it now, if it has not already: it must not write late
+            raise RecorderBusy(f"waited more than {self.queue_timeout} s for the recording thread; not run")
         connection = connections[self.alias]
         if connection.connection is not None and self._clock() - self._last_used >= self.idle_check_seconds:
             self._drop_if_unusable(connection, "idle")
@@ -128,6 +183,12 @@ class ExchangeRecorder:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+def _late_outcome_log(outcome: asyncio.Future[Any]) -> None:
+    if not outcome.cancelled():
+        exc = outcome.exception()
+        logger.warning("a call no longer waited for has ended: %s", f"failed: {exc!r}" if exc else "done")
 
 
 _recorder = ExchangeRecorder()

@@ -15,11 +15,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from channels.db import database_sync_to_async
-
 from chatbot.clientaddr import client_origin_var
 from chatbot.logcontext import conversation_id_var, request_id_var
-from chatbot.recording import exchange_recorder
+from chatbot.recording import OutcomeUnknown, exchange_recorder
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
 from chatbot.summaries import summary_settled, summary_write_later
 from concurrency.jsonio import JsonInputError, json_check
@@ -205,8 +203,9 @@ class ChatExchange:
 
 def _record_done(task: asyncio.Task[Any]) -> None:
     _background.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("recording exchange failed: %r", task.exception())
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        outcome = "has an unknown outcome" if isinstance(exc, OutcomeUnknown) else "failed"  # it may still commit
+        logger.error("recording exchange %s: %r", outcome, exc)
 
 
 async def exchange_open(ask: AskInput) -> ChatExchange:
@@ -220,8 +219,9 @@ async def exchange_open(ask: AskInput) -> ChatExchange:
     else:
         await summary_settled(ask.conversation_id)
         try:
-            context = await database_sync_to_async(conversation_context_get)(
-                conversation_id=ask.conversation_id, client_id=ask.client_id
+            # on the recording thread's kept connection, queued after the writes of the turns before
+            context = await exchange_recorder().run(
+                conversation_context_get, conversation_id=ask.conversation_id, client_id=ask.client_id
             )
         except UnknownConversation as exc:
             raise BadRequest(str(exc)) from None

@@ -5,7 +5,8 @@ offline summary at once and this module runs the job in a task of its own, so th
 the answer does and a client going away does not stop it. The job's model call takes an LLM slot at the lowest
 priority (it never goes ahead of an answer), waits for it at most the node's `summary_slot_wait` (past it the call
 is skipped, counted in the concurrency console, and the offline summary kept), then has `summary_timeout` from when
-it holds the slot; the whole write is bounded by `SUMMARY_WRITE_BOUND`, above the default wait plus timeout. The next
+it holds the slot; the whole write is bounded by `SUMMARY_WRITE_BOUND`, above the default wait plus timeout. The
+summary is stored by the recording thread (`chatbot.recording`), on its kept connection, after the exchange. The next
 turn of the same conversation waits for a summary still being written (at most `SUMMARY_BEFORE_NEXT_TURN_WAIT`),
 so it plans with it.
 """
@@ -17,8 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from channels.db import database_sync_to_async
-
+from chatbot.recording import OutcomeUnknown, exchange_recorder
 from chatbot.services import conversation_summary_set
 
 logger = logging.getLogger(__name__)
@@ -45,9 +45,9 @@ async def _write(
         summary = await job()
         await asyncio.wait({recorded})
         if recorded.cancelled() or recorded.exception() is not None or not summary:
-            return  # the exchange was not written: there is no conversation to hold the summary
-        stored = await database_sync_to_async(conversation_summary_set)(
-            conversation_id=conversation_id, request_id=request_id, summary=summary
+            return  # the exchange was not written, or may not have been: no conversation is known to hold it
+        stored = await exchange_recorder().run(
+            conversation_summary_set, conversation_id=conversation_id, request_id=request_id, summary=summary
         )
         if not stored:
             logger.info("summary of %s not stored: a later exchange of the conversation came first", request_id)
@@ -56,8 +56,9 @@ async def _write(
 def _finished(conversation_id: str, task: asyncio.Task[None]) -> None:
     if _pending.get(conversation_id) is task:
         del _pending[conversation_id]
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("writing the conversation summary failed: %r", task.exception())
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        outcome = "has an unknown outcome" if isinstance(exc, OutcomeUnknown) else "failed"  # it may still commit
+        logger.error("writing the conversation summary %s: %r", outcome, exc)
 
 
 async def summary_settled(conversation_id: str, max_wait: float = SUMMARY_BEFORE_NEXT_TURN_WAIT) -> None:

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from chatbot import streaming
+from chatbot import streaming, summaries
 from chatbot.recording import exchange_recorder
 from rag.events import Event, StreamWriter
 from rag.runtime import PipelineRun
@@ -90,9 +90,11 @@ async def _exchange_writes_finish() -> Any:
     """Every exchange a test started is recorded before the test database is flushed.
 
     A cancelled answer is written by a task of its own after the transport has gone; a flush racing that write
-    fails with "database table is locked" and leaves rows for the next test. The recording thread's kept
-    connection is closed too, as a stopping worker closes it: the test database can then be dropped.
+    fails with "database table is locked" and leaves rows for the next test. So is the conversation summary written
+    after it (by the same thread). The recording thread's kept connection is then closed, as a stopping worker
+    closes it: the test database can be dropped.
     """
     yield
     await streaming.pending_records()
+    await summaries.pending_summaries(max_wait=5.0)
     await exchange_recorder().aclose()
