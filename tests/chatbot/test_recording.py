@@ -21,8 +21,15 @@ from tests.fake_clock import FakeClock
 from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-# Short, so the bounded waits end soon; long enough for the idle thread to take a held write up within it.
-QUEUE_TIMEOUT = 0.2
+# Short, so the bounded waits end soon; long enough for the thread, started beforehand (`warm`), to take a held
+# write up within it on a machine running two copies of the suite.
+QUEUE_TIMEOUT = 1.0
+
+
+async def warm(rec: ExchangeRecorder) -> ExchangeRecorder:
+    """The recording thread started and its connection open, so taking the next call up is a queue hop."""
+    await rec.run(lambda: None)
+    return rec
 
 
 @pytest.fixture
@@ -158,7 +165,7 @@ async def test_a_call_past_max_pending_waits_for_a_place_and_then_runs(
 async def test_a_call_past_max_pending_fails_after_queue_timeout_without_running(
     make_recorder: Callable[..., ExchangeRecorder], held: Held
 ) -> None:
-    rec = make_recorder(max_pending=1, queue_timeout=QUEUE_TIMEOUT)
+    rec = await warm(make_recorder(max_pending=1, queue_timeout=QUEUE_TIMEOUT))
     first = asyncio.create_task(record(rec, "first", held))
     await until(held.started.is_set)
     ran: list[str] = []
@@ -176,7 +183,7 @@ async def test_a_call_past_max_pending_fails_after_queue_timeout_without_running
 async def test_a_started_write_that_outlasts_the_queue_bound_gets_its_real_outcome(
     make_recorder: Callable[..., ExchangeRecorder], held: Held
 ) -> None:
-    rec = make_recorder(queue_timeout=QUEUE_TIMEOUT)
+    rec = await warm(make_recorder(queue_timeout=QUEUE_TIMEOUT))
     slow = asyncio.create_task(record(rec, "slow", held))
     await until(held.started.is_set)
     ran: list[str] = []
@@ -209,7 +216,7 @@ async def test_a_call_the_thread_takes_up_past_its_deadline_does_not_write(
 async def test_a_started_write_past_the_outcome_bound_is_reported_unknown_not_failed(
     make_recorder: Callable[..., ExchangeRecorder], held: Held, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rec = make_recorder(queue_timeout=QUEUE_TIMEOUT, outcome_timeout=0.05)
+    rec = await warm(make_recorder(queue_timeout=QUEUE_TIMEOUT, outcome_timeout=0.05))
     with caplog.at_level(logging.WARNING, logger="chatbot.recording"):
         with pytest.raises(OutcomeUnknown):
             await record(rec, "late", held)
