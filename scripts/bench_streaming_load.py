@@ -41,7 +41,7 @@ from concurrency.loadtest.driver import LoadConfig, run_load  # noqa: E402
 from concurrency.loadtest.report import summary, write_svg  # noqa: E402
 from concurrency.simulator.testing import SimulatorProcess  # noqa: E402
 from concurrency.stats import percentile  # noqa: E402
-from scripts.cluster import WorkerProcess  # noqa: E402
+from scripts.cluster import WorkerProcess, prepare  # noqa: E402
 
 OUT = ROOT / "docs" / "benchmarks"
 DOC = OUT / "streaming_load.md"
@@ -64,28 +64,11 @@ def port_in_range(base: int, span: int, taken: set[int]) -> int:
     raise RuntimeError(f"no free port in {base}-{base + span - 1}")
 
 
-class Simulator(SimulatorProcess):
-    """The simulator on a port we choose (the shared machine gives each of its users a range)."""
-
-    def start_on(self, port: int, **flags: Any) -> Simulator:
-        self.port, self.flags = port, flags
-        self._spawn(flags)
-        if not self._wait_healthy():
-            output = self.output()
-            self.stop()
-            raise RuntimeError(f"simulate_llm did not become healthy on port {port}:\n{output}")
-        return self
-
-
 class ProfiledWorker(WorkerProcess):
     """The worker under cProfile (its event loop runs in the main thread); the profile is written when it stops."""
 
-    def start(self) -> None:
-        profile = self.log_path.with_suffix(".prof")
-        command = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "daphne", "-b", "127.0.0.1", "-p"]
-        command += [str(self.port), "chatbot.asgi:application"]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=log)
+    def command(self) -> list[str]:
+        return ["-m", "cProfile", "-o", str(self.log_path.with_suffix(".prof")), *super().command()]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -308,9 +291,8 @@ def idle_lag(worker: WorkerProcess, seconds: float, folder: Path) -> dict[str, A
 def main_bench(args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
     taken: set[int] = set()
-    sim_port = port_in_range(args.port_base, 100, taken)
-    simulator = Simulator().start_on(
-        sim_port,
+    simulator = SimulatorProcess().start(
+        port=port_in_range(args.port_base, 100, taken),
         max_num_seqs=args.max_num_seqs,
         ttft_ms=args.ttft_ms,
         tpot_ms=args.tpot_ms,
@@ -336,9 +318,7 @@ def main_bench(args: argparse.Namespace) -> dict[str, Any]:
             env[name] = value
         else:
             env.pop(name, None)
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([*manage, "reindex", "--if-empty"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    prepare(env, static=False, quiet=True)  # as the cluster prepares its workers, without nginx's static files
     worker_class = ProfiledWorker if args.profile else WorkerProcess
     worker = worker_class(port_in_range(args.port_base, 100, taken), env, folder)
     worker.start()

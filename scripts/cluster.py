@@ -108,6 +108,24 @@ def ensure_postgres_database(url: str) -> None:
             connection.execute(f'CREATE DATABASE "{name}"')
 
 
+def manage(env: Mapping[str, str], *command: str, quiet: bool = False) -> None:
+    """`manage.py COMMAND` with the workers' environment (its output to ours, or nowhere when `quiet`)."""
+    output = subprocess.DEVNULL if quiet else None
+    subprocess.run(
+        [sys.executable, str(PROJECT_DIR / "manage.py"), *command], cwd=PROJECT_DIR, env=env, check=True, stdout=output
+    )
+
+
+def prepare(env: Mapping[str, str], *, static: bool = True, quiet: bool = False) -> None:
+    """What workers on `env` need before they start: their database (created when PostgreSQL has none by its name)
+    migrated, the index built if it is empty, and with `static` the static files nginx serves collected."""
+    ensure_postgres_database(env.get("DATABASE_URL", ""))
+    manage(env, "migrate", "--noinput", "-v", "0", quiet=quiet)
+    manage(env, "reindex", "--if-empty", quiet=quiet)
+    if static:
+        manage(env, "collectstatic", "--noinput", "-v", "0", quiet=quiet)
+
+
 class WorkerProcess:
     """One daphne worker on a fixed port (a restart takes the same port, as under systemd)."""
 
@@ -121,10 +139,15 @@ class WorkerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def command(self) -> list[str]:
+        """The worker's command line after `python`: daphne on its port (a subclass may put e.g. cProfile first)."""
+        return ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "chatbot.asgi:application"]
+
     def start(self) -> None:
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "chatbot.asgi:application"]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=log)
+            self.process = subprocess.Popen(
+                [sys.executable, *self.command()], cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=log
+            )
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
@@ -172,16 +195,9 @@ class Cluster:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def manage(self, *command: str) -> None:
-        subprocess.run(
-            [sys.executable, str(PROJECT_DIR / "manage.py"), *command], cwd=PROJECT_DIR, env=self.env, check=True
-        )
-
     def prepare(self) -> None:
-        ensure_postgres_database(self.env.get("DATABASE_URL", ""))
-        self.manage("migrate", "--noinput", "-v", "0")
-        self.manage("reindex", "--if-empty")
-        self.manage("collectstatic", "--noinput", "-v", "0")
+        """The database, the index and the static files the workers and nginx need (`prepare`)."""
+        prepare(self.env)
 
     def write_nginx_conf(self) -> Path:
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):

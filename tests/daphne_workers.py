@@ -99,23 +99,30 @@ def running_workers(envs: Sequence[dict[str, str]], app: str = ASGI_APP) -> Iter
             worker.stop()
 
 
+def new_key_prefix(label: str) -> str:
+    """A Redis key prefix no other test or run uses: `label`, then ten random hex digits."""
+    return f"{label}-{uuid.uuid4().hex[:10]}"
+
+
 @contextlib.contextmanager
 def redis_key_prefix(url: str, label: str) -> Iterator[str]:
-    """A fresh key prefix on the Redis at `url` (skips the test when it does not answer); its keys are deleted
-    afterwards."""
+    """A fresh key prefix on the Redis at `url` (skips the test when it does not answer); every key under it is
+    deleted afterwards. "Under it" as the channel layer has it (its flush deletes `<prefix>*`): its channel keys
+    follow the prefix without a colon, the app's own keys after `<prefix>:`."""
     redis = pytest.importorskip("redis")
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
         client.ping()
     except (redis.RedisError, OSError):
         client.close()
-        pytest.skip("Redis does not answer on 127.0.0.1:6379")
-    prefix = f"{label}-{uuid.uuid4().hex[:10]}"
+        pytest.skip(f"Redis does not answer on {url}")
+    prefix = new_key_prefix(label)
     try:
         yield prefix
     finally:
-        for key in client.scan_iter(f"{prefix}:*"):
-            client.delete(key)
+        with contextlib.suppress(redis.RedisError, OSError):
+            for key in client.scan_iter(f"{prefix}*"):
+                client.delete(key)
         client.close()
 
 
@@ -145,17 +152,19 @@ def shared_database(label: str) -> Iterator[str]:
 def worker_env(
     label: str, *, llm_base_url: str = "", redis_url: str = "", prepare: bool = True, **extra: str
 ) -> Iterator[dict[str, str]]:
-    """The one environment builder of test workers: a data folder of their own with a copy of the demo corpus, a
-    database of their own (`shared_database`), Redis keys under a prefix of their own (deleted afterwards; no
-    Redis when `redis_url` is empty), no Qdrant, the LLM at `llm_base_url` ("": none), no rate limit, and `extra`
-    variables on top. With `prepare` the database is migrated and the corpus indexed before it is yielded."""
-    with (
-        tempfile.TemporaryDirectory(prefix=f"{label}-") as data_dir,
-        shared_database(label.replace("-", "_")) as database_url,
-    ):
+    """The one environment builder of test workers and the processes beside them: a data folder of their own with
+    a copy of the demo corpus, a database of their own (`shared_database`), Redis keys under a prefix of their own
+    (`redis_key_prefix`: the test is skipped when that Redis does not answer; no Redis when `redis_url` is empty),
+    no Qdrant, the LLM at `llm_base_url` ("": none), no rate limit, and `extra` variables on top. With `prepare`
+    the database is migrated and the corpus indexed before it is yielded."""
+    with contextlib.ExitStack() as stack:
+        # first: a Redis that does not answer skips the test before anything is made (without Redis the prefix
+        # names nothing shared, but every worker environment has one)
+        prefix = stack.enter_context(redis_key_prefix(redis_url, label)) if redis_url else new_key_prefix(label)
+        data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"{label}-"))
+        database_url = stack.enter_context(shared_database(label.replace("-", "_")))
         corpus = Path(data_dir) / "corpus"
         shutil.copytree(DEMO, corpus)
-        prefix = f"{label}-{uuid.uuid4().hex[:10]}"
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "chatbot.settings",
@@ -173,21 +182,7 @@ def worker_env(
         if prepare:
             manage(env, "migrate", "--noinput")
             manage(env, "reindex")
-        try:
-            yield env
-        finally:
-            if redis_url:
-                _delete_keys(redis_url, prefix)
-
-
-def _delete_keys(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
-    with contextlib.suppress(redis.RedisError, OSError):
-        for key in client.scan_iter(f"{prefix}*"):
-            client.delete(key)
-    client.close()
+        yield env
 
 
 def manage(env: dict[str, str], *command: str, timeout: float = 120.0) -> str:

@@ -99,20 +99,22 @@ class SimulatorProcess:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def start(self, **flags: Any) -> Self:
-        """Start with the given command-line flags (underscored names) and wait until /health answers."""
+    def start(self, *, port: int = 0, **flags: Any) -> Self:
+        """Start with the given command-line flags (underscored names) and wait until /health answers: on `port`,
+        else on a free one (a new one again when another process took it first)."""
         if self.running:
             raise RuntimeError("simulator already running")
         self.flags = flags
-        for attempt in range(_PORT_ATTEMPTS):
-            self.port = free_port(self.host)
+        attempts = 1 if port else _PORT_ATTEMPTS
+        for attempt in range(attempts):
+            self.port = port or free_port(self.host)
             self._spawn(flags)
             if self._wait_healthy():
                 return self
             output = self.output()
             self.stop()
             # Another process may grab the free port between our probe and the bind: try a new one.
-            if "Could not listen" not in output or attempt == _PORT_ATTEMPTS - 1:
+            if "Could not listen" not in output or attempt == attempts - 1:
                 raise RuntimeError(f"simulate_llm did not become healthy on port {self.port}:\n{output}")
         raise AssertionError("unreachable")
 

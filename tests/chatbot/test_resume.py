@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,6 +33,7 @@ from tests.chatbot.helpers import (
     ws_events,
 )
 from tests.fake_clock import FakeClock
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,19 +46,6 @@ def fresh_registry() -> Iterator[replay.StreamRegistry]:
 
 def resume_path(request_id: str) -> str:
     return f"/api/v1/rag/ask/stream/{request_id}"
-
-
-async def until_async(read: Callable[[], Awaitable[Any]], check: Callable[[Any], bool], within: float = 5.0) -> Any:
-    """Poll ``await read()`` until ``check`` accepts its value; fail after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        value = await read()
-        if check(value):
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {within} s (last value: {value!r})")
-        await asyncio.sleep(0.02)
 
 
 async def sse_until_answer(cookie: tuple[bytes, bytes], **extra: Any) -> tuple[Any, list[dict[str, Any]]]:

@@ -3,13 +3,15 @@ test's own on it."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import uuid
-from collections.abc import Iterator
 
 import pytest
 import redis
+
+from tests.daphne_workers import redis_key_prefix
+
+# A key prefix of the test's own on a Redis URL, its keys deleted afterwards: the one rule the worker tests use too.
+fresh_prefix = redis_key_prefix
 
 
 def suite_redis_url(what: str = "cluster-wide LLM limits") -> str:
@@ -25,16 +27,3 @@ def suite_redis_url(what: str = "cluster-wide LLM limits") -> str:
     finally:
         client.close()
     return url
-
-
-@contextlib.contextmanager
-def fresh_prefix(url: str, label: str) -> Iterator[str]:
-    """A key prefix of the test's own on ``url``; its keys are deleted afterwards."""
-    prefix = f"{label}-{uuid.uuid4().hex[:10]}"
-    try:
-        yield prefix
-    finally:
-        client = redis.Redis.from_url(url, socket_timeout=2.0)
-        for key in client.scan_iter(f"{prefix}:*"):
-            client.delete(key)
-        client.close()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from channels.db import database_sync_to_async
@@ -33,6 +32,7 @@ from concurrency.services import concurrency_settings_update
 from concurrency.worker_tasks import WorkerTasksMiddleware
 from tests.asgi_doubles import receive_unused, send_unused
 from tests.concurrency.manager_helpers import fresh_process_state
+from tests.waiting import until
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 
@@ -47,16 +47,6 @@ def process_state() -> Iterator[None]:
 async def stop_runner() -> AsyncIterator[None]:
     yield
     await live_settings_stop()
-
-
-async def eventually(check: Callable[[], bool], within: float = 1.0) -> float:
-    """Seconds until ``check()`` held; fails the test after ``within`` seconds."""
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within:
-            pytest.fail(f"condition not met within {within} s")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
 
 
 def current_version() -> int:
@@ -165,7 +155,7 @@ async def test_the_runner_applies_the_row_at_start(stop_runner) -> None:
 
     live_settings_start(LiveSettingsRunner(redis_url=""))
 
-    await eventually(lambda: get_manager().limit("chat") == 3)
+    await until(lambda: get_manager().limit("chat") == 3, within=1.0)
     assert current_version() == 2
 
 
@@ -173,24 +163,24 @@ async def test_the_runner_applies_the_row_at_start(stop_runner) -> None:
 async def test_a_saved_change_reconfigures_this_process_within_a_second(stop_runner) -> None:
     await database_sync_to_async(concurrency_settings_get)()
     live_settings_start(LiveSettingsRunner(redis_url=""))
-    await eventually(lambda: settings_current() is not None)
+    await until(lambda: settings_current() is not None, within=1.0)
 
     # The save runs on another thread, as in a sync view; the apply is handed to this loop.
     await database_sync_to_async(concurrency_settings_update)(user=None, limit_chat=2, priority_enabled=True)
 
-    await eventually(lambda: get_manager().limit("chat") == 2 and get_manager().mode == "priority", within=1.0)
+    await until(lambda: get_manager().limit("chat") == 2 and get_manager().mode == "priority", within=1.0)
 
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_change_saved_by_another_process_arrives_through_the_database_poll(stop_runner) -> None:
     await database_sync_to_async(concurrency_settings_get)()
     live_settings_start(LiveSettingsRunner(redis_url=""))
-    await eventually(lambda: settings_current() is not None)
+    await until(lambda: settings_current() is not None, within=1.0)
 
     # Another process saved: the row changes, but nothing in this process was told.
     await ConcurrencySettings.objects.filter(pk=1).aupdate(limit_embedding=5, version=9)
 
-    elapsed = await eventually(lambda: get_manager().limit("embedding") == 5, within=1.0)
+    elapsed = await until(lambda: get_manager().limit("embedding") == 5, within=1.0)
     assert current_version() == 9
     assert elapsed < 1.0
 
@@ -283,7 +273,7 @@ async def test_a_change_published_by_another_worker_is_applied_within_a_second(r
     await database_sync_to_async(concurrency_settings_get)()
     runner = LiveSettingsRunner(redis_url=REDIS_URL, prefix=redis_prefix, db_poll_interval=60)
     live_settings_start(runner)
-    await eventually(lambda: settings_current() is not None and runner._pubsub is not None, within=3)
+    await until(lambda: settings_current() is not None and runner._pubsub is not None, within=3)
 
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
@@ -292,7 +282,7 @@ async def test_a_change_published_by_another_worker_is_applied_within_a_second(r
     finally:
         await client.aclose()
 
-    await eventually(lambda: get_manager().limit("chat") == 1, within=1.0)
+    await until(lambda: get_manager().limit("chat") == 1, within=1.0)
     assert runner.applied_from_redis == 1  # the message did it, not the (disabled) database poll
 
 

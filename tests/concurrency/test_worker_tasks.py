@@ -13,6 +13,7 @@ import pytest
 
 from concurrency.worker_tasks import WorkerTask, WorkerTasksMiddleware
 from tests.asgi_doubles import receive_unused, send_unused
+from tests.waiting import until
 
 
 class Job:
@@ -66,15 +67,6 @@ class Factory:
         return job
 
 
-async def eventually(check: Callable[[], bool], within: float = 2.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not check():
-        if loop.time() > deadline:
-            pytest.fail(f"condition not met within {within} s")
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 async def stopped_after() -> AsyncIterator[list[WorkerTask[Job]]]:
     """WorkerTasks appended here are stopped at the end of the test, whatever it did."""
@@ -94,7 +86,7 @@ async def test_start_runs_one_task_and_later_calls_return_it(stopped_after: list
 
     first = worker.start()
     second = worker.start()
-    await eventually(lambda: bool(factory.made) and factory.made[0].started)
+    await until(lambda: bool(factory.made) and factory.made[0].started)
 
     assert first is not None and first is second
     assert first.get_name() == "test-task"
@@ -128,7 +120,7 @@ def test_a_new_event_loop_gets_a_fresh_task_even_while_a_restart_was_pending() -
 
     async def start_on_this_loop() -> asyncio.Task[None] | None:
         task = worker.start()
-        await eventually(lambda: len(factory.made) == 2 and factory.made[1].started)
+        await until(lambda: len(factory.made) == 2 and factory.made[1].started)
         assert worker.running() is factory.made[1]
         await worker.stop()
         return task
@@ -155,7 +147,7 @@ async def test_a_task_running_on_another_live_loop_is_refused_and_reached_throug
             worker.start()
 
         assert worker.call_soon(Job.poke) is True
-        await eventually(lambda: bool(factory.made[0].pokes))
+        await until(lambda: bool(factory.made[0].pokes))
         assert factory.made[0].pokes == [thread.ident]  # ran on the task's own loop, not this one
     finally:
         await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(worker.stop(), other)), 5)
@@ -184,7 +176,7 @@ async def test_a_crashed_task_is_logged_and_restarted_after_the_delay(
         await asyncio.wait({first}, timeout=2)
         assert worker.running() is None
         assert worker.start() is None  # a connection during the delay does not restart it early
-        await eventually(lambda: worker.running() is not None)
+        await until(lambda: worker.running() is not None)
     restarted_after = loop.time() - began
 
     assert 0.3 <= restarted_after < 1.5
@@ -204,7 +196,7 @@ async def test_a_runner_that_cannot_be_made_is_tried_again_after_the_delay(
 
     with caplog.at_level(logging.ERROR, logger="concurrency.worker_tasks"):
         assert worker.start() is None
-        await eventually(lambda: worker.running() is not None)
+        await until(lambda: worker.running() is not None)
 
     assert factory.calls == 2
     assert [r.getMessage() for r in caplog.records] == ["test-task could not be created; restarting in 0.1 s"]
@@ -234,7 +226,7 @@ async def test_stop_cancels_the_task_and_waits_for_its_cleanup(caplog: pytest.Lo
     worker = WorkerTask("test-task", factory)
     task = worker.start()
     assert task is not None
-    await eventually(lambda: factory.made[0].started)
+    await until(lambda: factory.made[0].started)
 
     with caplog.at_level(logging.INFO, logger="concurrency.worker_tasks"):
         caplog.clear()
@@ -252,7 +244,7 @@ async def test_stop_gives_up_waiting_after_its_timeout(caplog: pytest.LogCapture
     worker = WorkerTask("test-task", factory, stop_timeout=0.2)
     task = worker.start()
     assert task is not None
-    await eventually(lambda: factory.made[0].started)
+    await until(lambda: factory.made[0].started)
     loop = asyncio.get_running_loop()
     began = loop.time()
 
@@ -272,7 +264,7 @@ async def test_a_task_failing_while_it_stops_is_logged_and_not_restarted(caplog:
     factory = Factory(on_cancel="fail")
     worker = WorkerTask("test-task", factory, restart_delay=0.05)
     worker.start()
-    await eventually(lambda: factory.made[0].started)
+    await until(lambda: factory.made[0].started)
 
     with caplog.at_level(logging.ERROR, logger="concurrency.worker_tasks"):
         caplog.clear()

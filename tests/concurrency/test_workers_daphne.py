@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.daphne_workers import PROJECT_DIR, Worker, poll, redis_key_prefix, running_workers
+from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 API_STATUS = "/api/v1/admin/concurrency/status"
@@ -27,38 +23,18 @@ pytestmark = pytest.mark.slow
 
 # One pair of workers for the module: starting them (migrate, two daphnes) takes far longer than the tests.
 @pytest.fixture(scope="module")
-def redis_prefix() -> Iterator[str]:
-    with redis_key_prefix(REDIS_URL, "cc-workers") as prefix:
-        yield prefix
-
-
-@pytest.fixture(scope="module")
-def worker_env(redis_prefix: str) -> Iterator[dict[str, str]]:
-    with tempfile.TemporaryDirectory(prefix="cc-workers-") as data_dir:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": data_dir,
-            "REDIS_URL": REDIS_URL,
-            "REDIS_PREFIX": redis_prefix,
-            "DATABASE_URL": "",
-            "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-            "PYTHONUNBUFFERED": "1",
-        }
-        manage = [sys.executable, str(PROJECT_DIR / "manage.py")]
-        for command in (
-            ["migrate", "--noinput"],
-            ["createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io"],
-        ):
-            subprocess.run([*manage, *command], cwd=PROJECT_DIR, env=env, check=True, capture_output=True, timeout=120)
+def env() -> Iterator[dict[str, str]]:
+    with worker_env("cc-workers", redis_url=REDIS_URL, prepare=False, DJANGO_SUPERUSER_PASSWORD=PASSWORD) as env:
+        manage(env, "migrate", "--noinput")  # no index: these tests ask nothing
+        manage(env, "createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
         yield env
 
 
 @pytest.fixture(scope="module")
-def two_workers(worker_env: dict[str, str]) -> Iterator[tuple[Worker, ...]]:
+def two_workers(env: dict[str, str]) -> Iterator[tuple[Worker, ...]]:
     """Both logged in as staff; the login is also each worker's first connection, which starts its live-settings
     task."""
-    with running_workers([worker_env, worker_env]) as workers:
+    with running_workers([env, env]) as workers:
         for worker in workers:
             worker.login("ops", PASSWORD)
         yield workers

@@ -16,6 +16,7 @@ from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import VectorStore
 from tests.rag.retrieval.conftest import write_corpus
 from tests.rag.stores import open_store, unique_alias
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,13 +36,6 @@ class Store:
         return self.inner.sync()
 
 
-async def wait_until(check: Any, within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "not within the time given"
-        await asyncio.sleep(0.01)
-
-
 def test_a_build_by_another_process_is_served_after_the_next_check(tmp_path: Path) -> None:
     alias = unique_alias("sync")
     with open_store("database", tmp_path, alias=alias) as worker, open_store("database", tmp_path, alias=alias) as cmd:
@@ -59,22 +53,22 @@ async def follow(worker: VectorStore, cmd: VectorStore, tmp_path: Path) -> None:
     sync = ReplicaSync(replicas=replicas, interval=0.01)
     task = asyncio.create_task(sync.run())
     try:
-        await wait_until(lambda: sync.checks >= 1)
+        await until(lambda: sync.checks >= 1)
         report = await asyncio.to_thread(build_index, documents, cmd, embedder)
-        await wait_until(lambda: (replica := worker.replica()) is not None and replica[0] == report.collection)
+        await until(lambda: (replica := worker.replica()) is not None and replica[0] == report.collection)
         hits = await asyncio.to_thread(worker.search, None, BM25Encoder().encode_query("報名課程"), limit=1)
         assert hits[0].payload["doc_id"] == "zh-enrolment"
 
         # the database goes away: the worker keeps serving what it holds, and follows again when it is back
         target.down = True
-        await wait_until(lambda: sync.failures >= 1)  # a check in flight when it went may still have succeeded
+        await until(lambda: sync.failures >= 1)  # a check in flight when it went may still have succeeded
         checks = sync.checks
-        await wait_until(lambda: sync.failures >= 5)
+        await until(lambda: sync.failures >= 5)
         assert sync.checks == checks and not task.done()
         assert await asyncio.to_thread(worker.search, None, BM25Encoder().encode_query("報名課程"), limit=1)
         target.down = False
         again = await asyncio.to_thread(build_index, documents, cmd, embedder)
-        await wait_until(lambda: (replica := worker.replica()) is not None and replica[0] == again.collection)
+        await until(lambda: (replica := worker.replica()) is not None and replica[0] == again.collection)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -4,8 +4,6 @@ SIGTERM. Real processes over a shared database (PostgreSQL in the PostgreSQL run
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -14,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daphne_workers import PROJECT_DIR, manage, poll, shared_database
+from tests.daphne_workers import PROJECT_DIR, manage, poll, worker_env
 
 pytestmark = pytest.mark.slow
-
-DEMO = Path(__file__).resolve().parents[2] / "rag" / "corpus" / "demo"
 
 
 def runners(env: dict[str, str]) -> int:
@@ -35,19 +31,8 @@ def runners(env: dict[str, str]) -> int:
 
 
 def test_run_jobs_runs_a_queued_reindex_and_stops_on_sigterm(tmp_path: Path) -> None:
-    shutil.copytree(DEMO, tmp_path / "corpus")
-    with shared_database("run_jobs") as database_url:
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": str(tmp_path),
-            "CORPUS_DIR": str(tmp_path / "corpus"),
-            "DATABASE_URL": database_url,
-            "REDIS_URL": "",
-            "QDRANT_URL": "",
-            "LLM_BASE_URL": "",
-            "PYTHONUNBUFFERED": "1",
-        }
+    # not prepared: the index is to be built by the runner's job, so only the database is migrated here
+    with worker_env("run-jobs", prepare=False) as env:
         manage(env, "migrate", "--noinput")
         log = (tmp_path / "run_jobs.log").open("w+")
         runner = subprocess.Popen(

@@ -87,3 +87,30 @@ def test_a_section_is_replaced_in_place_and_a_new_one_appended(tmp_path: Path, m
     text = doc.read_text()
     assert "old a" not in text and text.index("new a") < text.index("\nb\n") < text.index("\nc\n")
     assert text.startswith("# Title\n\nintro\n")
+
+
+def test_each_answers_calls_are_grouped_by_its_question_up_to_its_stream_without_its_summary() -> None:
+    def call(question: str, *, stream: bool = False, kind: str = "") -> dict[str, object]:
+        body: dict[str, object] = {"messages": [{"role": "user", "content": f"{kind}{question}"}]}
+        if stream:
+            body["stream"] = True
+        return {"endpoint": "chat", "body": body}
+
+    log = [
+        call("如何重設密碼？ (#0)", kind="plan: "),
+        call("如何重設密碼？ (#0)", stream=True),
+        call("How do I download? (#1)", kind="plan: "),
+        call("如何重設密碼？ (#0)", kind="summary: "),  # after its answer, interleaved with the next one's calls
+        call("How do I download? (#1)", stream=True),
+        call("學習時數？ (#2)", kind="plan: "),  # the pass ended before its answer call
+    ]
+    answers = bench.answers_in_log(log)
+    assert [len(calls) for calls in answers] == [2, 2]
+    assert all(calls[-1]["body"].get("stream") for calls in answers)
+    assert "summary" not in str(answers)
+
+
+def test_the_ttft_added_is_the_median_of_paired_differences() -> None:
+    # Two kinds of question with different planner lengths: the medians of the two sides would mislead.
+    assert bench.paired_ttft_added([450.0, 350.0, 452.0, None], [420.0, 320.0, 421.0, 300.0]) == 30.0
+    assert bench.paired_ttft_added([None], [300.0]) is None

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,6 +24,7 @@ from tests.concurrency.llm_app import (
     chat_stats,
     wait_slot_and_upstream_free,
 )
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -223,7 +222,11 @@ async def test_a_disconnect_mid_answer_frees_the_llm_slot_promptly(
         while b'"content":"' not in received.replace(b'"content":""', b""):
             received += (await communicator.receive_output(timeout=5))["body"]
     else:  # nothing is sent before the whole answer: wait for the answer's call to hold its slot
-        await _until(lambda: app_sim.stats()["running"] == 1 and chat_stats(manager)["in_progress"] == 1)
+
+        def answer_holds_its_slot() -> bool:  # the simulator's stats are a blocking HTTP call: read in a thread
+            return app_sim.stats()["running"] == 1 and chat_stats(manager)["in_progress"] == 1
+
+        await until_async(lambda: asyncio.to_thread(answer_holds_its_slot), within=20.0)
         assert await communicator.receive_nothing(timeout=0.1)
     assert chat_stats(manager)["in_progress"] == 1, "the answer holds a chat slot while it streams"
 
@@ -232,13 +235,6 @@ async def test_a_disconnect_mid_answer_frees_the_llm_slot_promptly(
     await communicator.wait(timeout=5)
     await pending_records()
     assert (await Message.objects.aget(role="assistant")).status == "cancelled"
-
-
-async def _until(check: Callable[[], bool], within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not await asyncio.to_thread(check):
-        assert time.monotonic() < deadline, "never happened"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_busy_llm_is_429_with_retry_after_before_the_stream_starts(

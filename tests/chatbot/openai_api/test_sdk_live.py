@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import openai
 import pytest
 
 from concurrency.simulator.testing import SimulatorProcess
-from tests.daphne_workers import Worker, manage, poll, redis_key_prefix, running_workers, shared_database
+from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
 
 pytestmark = pytest.mark.slow
 
@@ -61,27 +60,18 @@ def deployment() -> Iterator[Deployment]:
         sim = stack.enter_context(
             SimulatorProcess().start(ttft_ms=5, tpot_ms=2, output_tokens=40, reasoning_tokens=4, max_num_seqs=8)
         )
-        data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="openai-live-"))
-        redis_url = os.environ.get("REDIS_URL", "")
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-            "DATA_DIR": data_dir,
-            "DATABASE_URL": stack.enter_context(shared_database("openai_live")),
-            "REDIS_URL": redis_url,
-            "LLM_BASE_URL": sim.base_url,
-            "LLM_MAX_CONCURRENT_CHAT": "1",
-            "LLM_MAX_WAITERS": "0",
-            "RAG_RATE_LIMIT_PER_MINUTE": "0",
-            "RAG_SEMANTIC_CACHE_ENABLED": "false",
-            # degraded answers on, as by default: the API still answers a refusal with the error
-            "RAG_DEGRADED_ANSWERS": "true",
-            "PYTHONUNBUFFERED": "1",
-        }
-        if redis_url:
-            env["REDIS_PREFIX"] = stack.enter_context(redis_key_prefix(redis_url, "openai-live"))
-        manage(env, "migrate", "--noinput")
-        manage(env, "reindex")
+        env = stack.enter_context(
+            worker_env(
+                "openai-live",
+                llm_base_url=sim.base_url,
+                redis_url=os.environ.get("REDIS_URL", ""),
+                LLM_MAX_CONCURRENT_CHAT="1",
+                LLM_MAX_WAITERS="0",
+                RAG_SEMANTIC_CACHE_ENABLED="false",
+                # degraded answers on, as by default: the API still answers a refusal with the error
+                RAG_DEGRADED_ANSWERS="true",
+            )
+        )
         key = manage(env, "apikey", "create", "--name", "tests", "--scopes", "chat,admin-read", "--rate-limit", "0")
         workers = stack.enter_context(running_workers([env, env]))
         yield Deployment(workers=workers, env=env, sim=sim, key=key.strip())

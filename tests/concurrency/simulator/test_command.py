@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
-from concurrency.simulator.testing import SimulatorProcess
+from concurrency.simulator.testing import SimulatorProcess, free_port
 from tests.concurrency.simulator.fixtures import SimulatorFactory
 
 
@@ -39,3 +39,11 @@ def test_stops_cleanly_on_sigterm(simulator_factory: SimulatorFactory) -> None:
     assert process is not None
     sim.stop()
     assert process.returncode == 0
+
+
+def test_starts_on_a_chosen_port() -> None:
+    port = free_port()
+    with SimulatorProcess().start(port=port, output_tokens=1) as sim:
+        assert sim.port == port
+        assert sim.base_url == f"http://127.0.0.1:{port}/v1"
+        assert sim.stats()["completed"] == 0

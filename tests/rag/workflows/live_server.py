@@ -1,29 +1,25 @@
-"""Real daphne servers for end-to-end tests: their own data folder (migrated, indexed) and a staff login.
+"""Real daphne servers for end-to-end tests: a worker environment of their own (`tests.daphne_workers.worker_env`:
+data folder, database, migrated and indexed) and a staff login.
 
 `live_server()` is one worker; `live_servers(2, redis_url=...)` is two workers behind one database and one Redis,
-as the project scales out, each with its own copy of the embedded vector store (local mode lets one process open
-a store).
+as the project scales out, each answering from its own replica of the index the database holds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
-import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from tests.daphne_workers import PROJECT_DIR, redis_key_prefix, running_workers
+from tests.daphne_workers import manage, running_workers, worker_env
 
 USERNAME = "builder"
 PASSWORD = "a-long-test-password-7"
@@ -56,16 +52,8 @@ class LiveServer:
     log: Any
     clients: list[httpx.Client] = field(default_factory=list)
 
-    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(PROJECT_DIR / "manage.py"), *args],
-            cwd=PROJECT_DIR,
-            env=self.env,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+    def manage(self, *args: str, timeout: float = 120) -> str:
+        return manage(self.env, *args, timeout=timeout)
 
     def client(self) -> httpx.Client:
         client = httpx.Client(base_url=self.url, timeout=30.0)
@@ -152,37 +140,14 @@ class Askers:
             thread.join(timeout=30)
 
 
-def _server_env(data_dir: str, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "chatbot.settings",
-        "DATA_DIR": data_dir,
-        "DATABASE_URL": "",  # the servers' own SQLite file, whatever the suite runs against
-        "REDIS_PREFIX": f"workflows-{uuid.uuid4().hex[:10]}",
-        "RAG_RATE_LIMIT_PER_MINUTE": "0",
-        "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-        "PYTHONUNBUFFERED": "1",
-        **extra,
-    }
-
-
 @contextlib.contextmanager
 def live_servers(count: int, *, redis_url: str = "") -> Iterator[list[LiveServer]]:
-    """`count` daphne workers on one migrated database and one index; with `redis_url`, sharing that Redis (its
-    cache and channel layer) under a fresh key prefix, skipped when it does not answer."""
+    """`count` daphne workers on one migrated database and one index, with a staff user (`worker_env`: the suite's
+    database server when it runs on PostgreSQL); with `redis_url`, sharing that Redis (its cache and channel layer)
+    under a fresh key prefix, skipped when it does not answer."""
     with contextlib.ExitStack() as stack:
-        data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="workflows-live-"))
-        extra = {"REDIS_URL": redis_url} if redis_url else {}
-        if redis_url:
-            extra["REDIS_PREFIX"] = stack.enter_context(redis_key_prefix(redis_url, "workflows-live"))
-        env = _server_env(data_dir, **extra)
-        manage = [sys.executable, str(PROJECT_DIR / "manage.py")]
-        for command in (
-            ["migrate", "--noinput"],
-            ["reindex"],
-            ["createsuperuser", "--noinput", "--username", USERNAME, "--email", "b@example.org"],
-        ):
-            subprocess.run([*manage, *command], cwd=PROJECT_DIR, env=env, check=True, capture_output=True, timeout=120)
+        env = stack.enter_context(worker_env("workflows-live", redis_url=redis_url, DJANGO_SUPERUSER_PASSWORD=PASSWORD))
+        manage(env, "createsuperuser", "--noinput", "--username", USERNAME, "--email", "b@example.org")
         # one database, one index: every worker answers from its own replica of it
         workers = stack.enter_context(running_workers([env] * count))
         servers = [LiveServer(url=w.url, env=w.env, process=w.process, log=w.log) for w in workers]
