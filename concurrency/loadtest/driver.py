@@ -98,7 +98,9 @@ def _record_event(event: dict[str, Any], result: AnswerResult, t0: float) -> boo
         result.outcome = "ok" if channel == "meta_summary" else str(event.get("code", "error"))
         result.cached = bool(event.get("cached", False))
         result.degraded = bool(event.get("degraded", False))
-        result.skipped = tuple(str(kind) for kind in event.get("skipped") or ())
+        # meta_summary.skipped: [{"step": "planner", "reason": "slot_timeout"}, ...]
+        skipped = event.get("skipped") or ()
+        result.skipped = tuple(str(e.get("step", "")) if isinstance(e, dict) else str(e) for e in skipped)
         return True
     return False
 

@@ -105,7 +105,7 @@ def test_degraded_answers_and_skipped_calls_are_counted_from_the_terminal_event(
 
     run = Run(LoadConfig(url="http://127.0.0.1:9"))
     events: list[dict[str, Any]] = [
-        {"channel": "meta_summary", "degraded": True, "skipped": ["planner"]},
+        {"channel": "meta_summary", "degraded": True, "skipped": [{"step": "planner", "reason": "slot_timeout"}]},
         {"channel": "meta_summary", "degraded": False, "skipped": []},
         {"channel": "meta_summary"},
     ]
