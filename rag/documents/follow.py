@@ -135,34 +135,36 @@ def job_follow(
     drawn = ""
     while True:
         try:
-            job.refresh_from_db()
-            line = progress_line(job, label=label)
-            if line != drawn:
-                out.write("\r" + line[:width].ljust(min(width, max(len(drawn), len(line)))))
-                out.flush()
-                drawn = line
-            if job.finished:
-                out.write("\n")
-                return job
-            now = time.monotonic()
-            if local is not None:
-                if now - last_beat >= beat_interval:
-                    # the job's thread may sit in one long step (a big file, an LLM call): beat for it
-                    job_heartbeat(job=job)
-                    last_beat = now
-                if not local.thread.is_alive() and not job.finished:
-                    job.refresh_from_db()
-                    if not job.finished:
-                        raise CommandError(f"{label} stopped without finishing ({local.error or 'no error'})")
-            else:
-                _check_remote(job, started=started, label=label)
-            time.sleep(interval)
-        except OperationalError as exc:
-            # a busy database (SQLite's single writer) is no reason to stop following
-            if "locked" not in str(exc):
-                raise
-            time.sleep(interval)
+            try:
+                job.refresh_from_db()
+                line = progress_line(job, label=label)
+                if line != drawn:
+                    out.write("\r" + line[:width].ljust(min(width, max(len(drawn), len(line)))))
+                    out.flush()
+                    drawn = line
+                if job.finished:
+                    out.write("\n")
+                    return job
+                now = time.monotonic()
+                if local is not None:
+                    if now - last_beat >= beat_interval:
+                        # the job's thread may sit in one long step (a big file, an LLM call): beat for it
+                        job_heartbeat(job=job)
+                        last_beat = now
+                    if not local.thread.is_alive() and not job.finished:
+                        job.refresh_from_db()
+                        if not job.finished:
+                            raise CommandError(f"{label} stopped without finishing ({local.error or 'no error'})")
+                else:
+                    _check_remote(job, started=started, label=label)
+                time.sleep(interval)
+            except OperationalError as exc:
+                # a busy database (SQLite's single writer) is no reason to stop following
+                if "locked" not in str(exc):
+                    raise
+                time.sleep(interval)
         except KeyboardInterrupt:
+            # Wherever it lands, the pause after a busy database included.
             if cancelling:
                 raise CommandError(
                     f"stopped following {label}; it is being cancelled (see the admin or the API)", returncode=130
@@ -170,9 +172,22 @@ def job_follow(
             cancelling = True
             if local is not None:
                 local.stop.set()
-            job_cancel(job=job)
+            _cancel_when_free(job, interval)
             out.write(f"\nCancelling {label}… (Ctrl-C again to stop waiting)\n")
             drawn = ""
+
+
+def _cancel_when_free(job: Job, pause: float, attempts: int = 5) -> None:
+    """Record the cancel. SQLite's one writer may be busy past its busy timeout on a loaded machine (the runner's
+    own writes, another command's): asking again is better than leaving the job running with the command gone."""
+    for attempt in range(attempts):
+        try:
+            job_cancel(job=job)
+            return
+        except OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(pause)
 
 
 def _check_remote(job: Job, *, started: float, label: str) -> None:

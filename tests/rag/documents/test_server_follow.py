@@ -172,7 +172,11 @@ def test_reindex_follows_the_job_the_store_owner_runs_and_ctrl_c_cancels_it(
     command, out, err = reindex(site, "--full")
     out.wait_for("embedding")
     command.send_signal(signal.SIGINT)
-    out.wait_for("Cancelling index job")
+    try:
+        out.wait_for("Cancelling index job")
+    except AssertionError as exc:  # say what the command wrote on stderr (a traceback, if it died)
+        command.kill()
+        raise AssertionError(f"{exc}\nstderr: {err.text}") from None
     hold.unlink()
     assert command.wait(timeout=60) == 1, out.text + err.text
     assert "was cancelled" in err.text and "live index is unchanged" in err.text
