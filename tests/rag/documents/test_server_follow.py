@@ -132,6 +132,12 @@ def owner(site: dict[str, str], hold: Path) -> Iterator[StoreOwner]:
     started.stop()
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    # A suite started in the background by a shell script (`make test &` in it) inherits SIGINT ignored, and an
+    # ignored signal stays ignored across exec: the command would never see the Ctrl-C this test sends.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def reindex(site: dict[str, str], *args: str) -> tuple[subprocess.Popen[bytes], Reader, Reader]:
     command = subprocess.Popen(
         [sys.executable, "manage.py", "reindex", *args],
@@ -139,6 +145,7 @@ def reindex(site: dict[str, str], *args: str) -> tuple[subprocess.Popen[bytes], 
         env=site,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
     )
     assert command.stdout is not None and command.stderr is not None
     return command, Reader(command.stdout), Reader(command.stderr)
