@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from concurrency.simulator.testing import free_port  # noqa: E402
-from scripts.cluster import WorkerProcess  # noqa: E402
+from scripts.cluster import WorkerProcess, prepare  # noqa: E402
 
 
 def rss_kb(pid: int) -> int:
@@ -63,11 +63,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     }
-    import subprocess
-
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([*manage, "reindex", "--if-empty"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    prepare(env, static=False, quiet=True)  # the worker's database migrated and its index built
     worker = WorkerProcess(args.port or free_port(), env, folder)
     worker.start()
     try:
