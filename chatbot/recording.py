@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
-__all__ = ["ExchangeRecorder", "OutcomeUnknown", "RecorderBusy", "exchange_recorder"]
+__all__ = ["ExchangeRecorder", "OutcomeUnknown", "RecorderBusy", "exchange_recorder", "failure_words"]
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +183,11 @@ class ExchangeRecorder:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+def failure_words(exc: BaseException) -> str:
+    """How a caller logs a call that raised: an `OutcomeUnknown` may still commit, so it is not called failed."""
+    return "has an unknown outcome" if isinstance(exc, OutcomeUnknown) else "failed"
 
 
 def _late_outcome_log(outcome: asyncio.Future[Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from chatbot.clientaddr import client_origin_var
 from chatbot.logcontext import conversation_id_var, request_id_var
-from chatbot.recording import OutcomeUnknown, exchange_recorder
+from chatbot.recording import exchange_recorder, failure_words
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
 from chatbot.summaries import summary_settled, summary_write_later
 from concurrency.jsonio import JsonInputError, json_check
@@ -204,8 +204,7 @@ class ChatExchange:
 def _record_done(task: asyncio.Task[Any]) -> None:
     _background.discard(task)
     if not task.cancelled() and (exc := task.exception()) is not None:
-        outcome = "has an unknown outcome" if isinstance(exc, OutcomeUnknown) else "failed"  # it may still commit
-        logger.error("recording exchange %s: %r", outcome, exc)
+        logger.error("recording exchange %s: %r", failure_words(exc), exc)
 
 
 async def exchange_open(ask: AskInput) -> ChatExchange:

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from chatbot.recording import OutcomeUnknown, exchange_recorder
+from chatbot.recording import exchange_recorder, failure_words
 from chatbot.services import conversation_summary_set
 
 logger = logging.getLogger(__name__)
@@ -57,8 +57,7 @@ def _finished(conversation_id: str, task: asyncio.Task[None]) -> None:
     if _pending.get(conversation_id) is task:
         del _pending[conversation_id]
     if not task.cancelled() and (exc := task.exception()) is not None:
-        outcome = "has an unknown outcome" if isinstance(exc, OutcomeUnknown) else "failed"  # it may still commit
-        logger.error("writing the conversation summary %s: %r", outcome, exc)
+        logger.error("writing the conversation summary %s: %r", failure_words(exc), exc)
 
 
 async def summary_settled(conversation_id: str, max_wait: float = SUMMARY_BEFORE_NEXT_TURN_WAIT) -> None:
