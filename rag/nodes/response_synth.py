@@ -10,8 +10,10 @@ With an LLM, answers from retrieved material are generated and streamed token by
 with the numbered sources; `reasoning` deltas on their own channel), and so are the follow-up translations and
 rewrites followup_transform prepared. Only the sources the answer cites are kept, under the numbers it used,
 and listed after it. Fixed replies (out of scope, the forms export, nothing found) stay offline: there is
-nothing for a model to add. Then the running conversation summary is updated (conversation-summarizer), falling
-back to the offline summary if that call fails: the answer is already out. Every call emits its usage.
+nothing for a model to add. Then the running conversation summary is updated: the offline one at once, and the
+model's (conversation-summarizer) after the terminal event, once the conversation outgrows the history the model
+sees word for word (`summary_when`); a failed call keeps the offline one, the answer is already out. Every call
+emits its usage.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ _INSTRUCTION_SENTENCES = {
 }
 _SUMMARY_MAX_CHARS = 1000
 _SUMMARY_ANSWER_CHARS = 3000
+# When the model writes the running summary: only once a turn leaves the history window, or after every turn.
+WINDOW_FULL = "window_full"
+EVERY_TURN = "every_turn"
 # Chunks of one article read to give a procedure whole: far more steps than a chat answer can show (the demo
 # help centre's longest article has 8 chunks), and a bound on what one question reads.
 MAX_DOCUMENT_CHUNKS = 50
@@ -102,6 +107,7 @@ class ResponseSynth:
         history_turns: int = 4,
         history_chars: int = 1500,
         llm_summary: bool = True,
+        summary_when: str = WINDOW_FULL,
         summary_timeout: float = 10.0,
         summary_slot_wait: float = 30.0,
         degraded_answers: bool = True,
@@ -122,6 +128,7 @@ class ResponseSynth:
         self._history_turns = history_turns
         self._history_chars = history_chars
         self._llm_summary = llm_summary
+        self._summary_when = summary_when
         self._summary_timeout = summary_timeout
         # After the answer: the lowest priority (never ahead of a request's call), skipped past its wait bound.
         self._summary_slot = SlotTerms(wait=summary_slot_wait, low_priority=True, auxiliary="summary")
@@ -144,8 +151,19 @@ class ResponseSynth:
         state.new_summary = answers.updated_summary(state.summary, state.normalized_question, state.answer)
         if self._llm is not None and self._llm_summary and state.answer.strip() and not state.degraded:
             # not when degraded: the model just failed, and the summary would wait for it again
+            if self._summary_when == WINDOW_FULL and self._next_turn_sees_it_all(state):
+                return None
             state.summary_job = functools.partial(self._summarize, state, state.new_summary)
         return None
+
+    def _next_turn_sees_it_all(self, state: PipelineState) -> bool:
+        """True while the next turn's prompt will carry every turn so far word for word: the previous ones and this
+        one fit the history window (`history_turns` messages, none clipped at `history_chars`), so a model summary
+        would only repeat them. The offline summary is still stored, and the model's is written from the turn
+        whose answer pushes the first message out, built on the offline one of the turns before."""
+        turns = len(calls.recent_turns(state.history, turns=len(state.history))) + 2
+        longest = max(len(state.normalized_question.strip()), len(state.answer.strip()))
+        return turns <= self._history_turns and longest <= self._history_chars
 
     @staticmethod
     def _set(state: PipelineState, composed: answers.ComposedAnswer) -> None:
@@ -422,6 +440,7 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> ResponseSynth:
         prompts=deps.prompts,
         max_sources=params["max_sources"],
         llm_summary=params["llm_summary"],
+        summary_when=params["summary_when"],
         summary_timeout=params["summary_timeout"],
         summary_slot_wait=params["summary_slot_wait"],
         degraded_answers=config.degraded_answers,
@@ -452,6 +471,13 @@ NODE_TYPE = NodeType(
             "int", 5, "With an LLM: most documents given to the model as numbered sources", minimum=1, maximum=20
         ),
         "llm_summary": ParamSpec("bool", True, "With an LLM: write the running conversation summary with it"),
+        "summary_when": ParamSpec(
+            "str",
+            WINDOW_FULL,
+            "With an LLM: write the model's summary once a turn leaves the history the model sees word for word "
+            "(window_full, one call fewer per short conversation), or after every turn (every_turn)",
+            choices=(WINDOW_FULL, EVERY_TURN),
+        ),
         "summary_timeout": ParamSpec(
             "float",
             10.0,

@@ -12,7 +12,7 @@ from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig
 from rag.errors import UpstreamError
-from rag.nodes.response_synth import ResponseSynth
+from rag.nodes.response_synth import EVERY_TURN, WINDOW_FULL, ResponseSynth
 from rag.prompting.prompts import CataloguePrompts
 from rag.rules import messages
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
@@ -24,6 +24,9 @@ CONFIG = PipelineConfig(stream_chunk_chars=5, forms_base_url="/forms/", forms_ex
 
 
 def synth(llm: object, prompts: object, **kwargs: object) -> ResponseSynth:
+    """The node writing the model's summary after every turn, unless a test says otherwise: these tests are about
+    the summary call itself (its window rule has tests of its own)."""
+    kwargs.setdefault("summary_when", EVERY_TURN)
     return ResponseSynth(
         stream_chunk_chars=CONFIG.stream_chunk_chars,
         forms_base_url=CONFIG.forms_base_url,
@@ -142,6 +145,50 @@ async def test_fixed_replies_stay_offline_but_the_summary_is_written(
     assert state.summary_job is not None
     assert await state.summary_job() != state.new_summary  # the model's
     assert (await sim.astats())["attempts"] == 1
+
+
+async def test_while_the_conversation_fits_the_history_window_only_the_offline_summary_is_written(
+    make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    # One earlier exchange and this one: the next turn's prompt carries all four messages word for word.
+    state = faq_state(history=history(("user", "How do I log in?"), ("assistant", "Use your e-mail address.")))
+    await synth(make_backend(), prompts, summary_when=WINDOW_FULL).run(state, make_writer()[0])
+    assert state.answer and state.summary_job is None
+    assert state.new_summary.startswith("The user asked about logging in. Q: How do I reset my password? A: ")
+    assert (await sim.astats())["attempts"] == 1  # the answer alone
+
+
+@pytest.mark.parametrize(
+    ("earlier", "history_chars"),
+    [
+        # a third exchange: the first leaves the four messages the next turn sees
+        (
+            (
+                ("user", "How do I log in?"),
+                ("assistant", "Use your e-mail."),
+                ("user", "And then?"),
+                ("assistant", "Go."),
+            ),
+            1500,
+        ),
+        # a first exchange whose answer is longer than the history keeps of a message
+        ((), 40),
+    ],
+    ids=["a-turn-leaves-the-window", "the-answer-is-clipped"],
+)
+async def test_the_model_summary_is_written_once_the_history_window_no_longer_holds_the_conversation(
+    earlier: tuple[tuple[str, str], ...],
+    history_chars: int,
+    make_backend: BackendFactory,
+    sim: SimulatorProcess,
+    prompts: CataloguePrompts,
+) -> None:
+    state = faq_state(history=history(*earlier))
+    node = synth(make_backend(), prompts, summary_when=WINDOW_FULL, history_turns=4, history_chars=history_chars)
+    await node.run(state, make_writer()[0])
+    assert state.summary_job is not None
+    assert await state.summary_job() != state.new_summary  # the model's
+    assert (await sim.astats())["attempts"] == 2
 
 
 async def test_a_failed_summary_keeps_the_answer(

@@ -11,6 +11,7 @@ import pytest
 from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig, PipelineDeps
+from rag.engine import WorkflowDefinition
 from rag.events import TERMINAL_CHANNELS, Event
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.nodes import build_registry
@@ -75,12 +76,25 @@ def demo_retriever(demo_index: None, django_db_blocker: Any) -> Iterator[Any]:
 RuntimeFactory = Callable[..., PipelineRuntime]
 
 
+def _with_params(workflow: WorkflowDefinition, node_params: dict[str, dict[str, Any]]) -> WorkflowDefinition:
+    """The workflow with some nodes' params set (``{"response_synth": {"summary_when": "every_turn"}}``)."""
+    if not node_params:
+        return workflow
+    data = workflow.to_dict()
+    for node in data["nodes"]:
+        node["params"].update(node_params.get(node["id"], {}))
+    return WorkflowDefinition.from_dict(data)
+
+
 @pytest.fixture
 def make_runtime(sim: SimulatorProcess, manager: LLMConcurrencyManager, demo_retriever: Any) -> RuntimeFactory:  # noqa: F811
     """``make_runtime(first_token_timeout=1.0, max_attempts=3)``: LLMConfig and CallPolicyConfig fields mixed;
-    ``degraded_answers=False`` for a failed answer to end the stream with its error."""
+    ``degraded_answers=False`` for a failed answer to end the stream with its error; ``node_params`` sets params
+    of the default workflow's nodes."""
 
-    def build(*, degraded_answers: bool = True, **overrides: Any) -> PipelineRuntime:
+    def build(
+        *, degraded_answers: bool = True, node_params: dict[str, dict[str, Any]] | None = None, **overrides: Any
+    ) -> PipelineRuntime:
         llm_args: dict[str, Any] = {
             "base_url": sim.base_url,
             "api_key": "test",
@@ -101,7 +115,7 @@ def make_runtime(sim: SimulatorProcess, manager: LLMConcurrencyManager, demo_ret
         return PipelineRuntime(
             registry=build_registry(),
             deps_factory=lambda: deps,
-            default_workflow=default_workflow(),
+            default_workflow=_with_params(default_workflow(), node_params or {}),
             stream_timeout=60.0,
         )
 
