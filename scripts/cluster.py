@@ -179,7 +179,20 @@ class WorkerProcess:
 
 
 class Cluster:
-    def __init__(self, *, workers: int, port: int, env: Mapping[str, str], folder: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int,
+        port: int,
+        env: Mapping[str, str],
+        folder: Path | None = None,
+        worker_ports: Sequence[int] = (),
+        worker_class: type[WorkerProcess] = WorkerProcess,
+    ) -> None:
+        """`workers` daphne workers (of `worker_class`) on `worker_ports`, else on free ports, behind nginx on
+        `port`."""
+        if worker_ports and len(worker_ports) != workers:
+            raise ValueError(f"{workers} workers but {len(worker_ports)} worker ports")
         if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
             raise RuntimeError("nginx is not installed (Debian: apt-get install nginx)")
         self.nginx_binary = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -188,7 +201,8 @@ class Cluster:
         self.folder = folder or Path(tempfile.mkdtemp(prefix="helpcentre-cluster-"))
         self.folder.mkdir(parents=True, exist_ok=True)
         self.nginx_prefix = self.folder / "nginx"
-        self.workers = [WorkerProcess(free_port(), self.env, self.folder) for _ in range(workers)]
+        ports = list(worker_ports) or [free_port() for _ in range(workers)]
+        self.workers = [worker_class(port, self.env, self.folder) for port in ports]
         self.nginx: subprocess.Popen[bytes] | None = None
 
     @property

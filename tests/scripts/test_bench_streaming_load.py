@@ -114,3 +114,99 @@ def test_the_ttft_added_is_the_median_of_paired_differences() -> None:
     # Two kinds of question with different planner lengths: the medians of the two sides would mislead.
     assert bench.paired_ttft_added([450.0, 350.0, 452.0, None], [420.0, 320.0, 421.0, 300.0]) == 30.0
     assert bench.paired_ttft_added([None], [300.0]) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "needs"),
+    [
+        (["--workers", "2"], "needs a PostgreSQL --database-url (postgres://...) and a --redis-url"),
+        (["--workers", "2", "--redis-url", "redis://127.0.0.1:6379/8"], "needs a PostgreSQL --database-url"),
+        (["--workers", "3", "--database-url", "sqlite:///x.db", "--redis-url", "redis://r/8"], "PostgreSQL"),
+        (["--workers", "2", "--database-url", "postgres://postgres@127.0.0.1:5432/x"], "needs a --redis-url"),
+        (["--workers", "0"], "--workers must be at least 1"),
+    ],
+)
+def test_several_workers_are_refused_without_postgresql_and_redis(
+    argv: list[str], needs: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(argv)
+    assert exit_.value.code == 2
+    assert needs in capsys.readouterr().err
+
+
+def test_one_worker_needs_nothing_and_several_run_on_postgresql_and_redis() -> None:
+    assert bench.parse_args([]).workers == 1
+    args = bench.parse_args(
+        ["--workers", "2", "--database-url", "postgresql://u@h/db", "--redis-url", "redis://127.0.0.1:6379/8"]
+    )
+    assert args.workers == 2
+
+
+def test_the_workers_cpu_is_summed_per_answer_with_each_ones_share() -> None:
+    figures = bench.cpu_over_workers([10.0, 20.0, 5.0], [10.3, 20.1, 5.6], answers=50)
+    assert figures["worker_cpu_s"] == 1.0
+    assert figures["cpu_ms_per_answer"] == 20.0  # 1.0 s of CPU over 50 answers
+    assert figures["each_s"] == [0.3, 0.1, 0.6]
+    assert figures["share"] == [0.3, 0.1, 0.6]
+    assert bench.cpu_over_workers([1.0], [1.0], answers=0) == {
+        "worker_cpu_s": 0.0,
+        "cpu_ms_per_answer": None,
+        "each_s": [0.0],
+        "share": [None],
+    }
+    with pytest.raises(ValueError):  # a worker's figure missing on one side
+        bench.cpu_over_workers([1.0, 2.0], [1.5], answers=1)
+
+
+def test_the_loop_lag_of_several_workers_is_the_worst_ones() -> None:
+    one = {"p50": 1.0, "p95": 9.0, "p99": 12.0, "max": 40.0, "n": 100}
+    two = {"p50": 2.0, "p95": 5.0, "p99": 30.0, "max": 35.0, "n": 90}
+    assert bench.worst_lag([one, two]) == {"p50": 2.0, "p95": 9.0, "p99": 30.0, "max": 40.0, "n": 190}
+    assert bench.worst_lag([one]) == one
+
+
+def test_no_password_of_a_url_is_shown() -> None:
+    text = bench.redact(
+        "--database-url postgres://bench:s3cret@db:5432/h2 --redis-url=redis://:r3dis@127.0.0.1:6379/8 "
+        "--x postgres://postgres@127.0.0.1:5432/h2bench"
+    )
+    assert "s3cret" not in text and "r3dis" not in text
+    assert "postgres://bench:***@db:5432/h2" in text and "redis://:***@127.0.0.1:6379/8" in text
+    assert "postgres://postgres@127.0.0.1:5432/h2bench" in text
+
+
+def fake_result(ports: list[int]) -> dict[str, object]:
+    lag = {"p50": 1.0, "p95": 2.0, "p99": 3.0, "max": 4.0, "n": 10}
+    loaded: dict[str, object] = {
+        "cpu_ms_per_answer": 40.0,
+        "answers_per_s": 5.0,
+        "ttft_ms": lag,
+        "total_ms": lag,
+        "loop_lag_ms": lag,
+        "errors": {},
+        "load_average": [1.0, 1.0],
+    }
+    if len(ports) > 1:
+        loaded["workers"] = [{"port": port, "cpu_share": share} for port, share in zip(ports, [0.7, 0.3], strict=False)]
+    run = {
+        "transport": "sse",
+        "loaded": loaded,
+        "low": {"ttft_ms": lag, "total_ms": lag},
+        "direct_low": {"ttft_ms": lag, "total_ms": lag},
+        "ttft_added_paired_ms": 1.5,
+    }
+    return {"runs": [run], "idle": {"loop_lag_ms": lag, "load_average": 1.0}}
+
+
+def test_the_section_says_how_many_workers_on_which_database_and_redis() -> None:
+    argv = ["--workers", "2", "--transports", "sse", "--database-url", "postgres://u:pw@db/h2bench"]
+    args = bench.parse_args([*argv, "--redis-url", "redis://127.0.0.1:6379/8"])
+    text = bench.section(args, fake_result([19302, 19303]), "python scripts/bench_streaming_load.py")
+    head = text.split("<details>")[0]
+    assert "2 daphne workers behind nginx on PostgreSQL `postgres://u:***@db/h2bench`" in head
+    assert "Redis `redis://127.0.0.1:6379/8`" in head and "pw" not in head
+    assert "through nginx" in head and "loop lag p99 / max ms (worst worker)" in head
+    assert "| 19302: 70 % / 19303: 30 % |" in head
+    single = bench.section(bench.parse_args(["--transports", "sse"]), fake_result([19302]), "c").split("<details>")[0]
+    assert "one daphne worker," in single and "nginx" not in single and "CPU share" not in single
