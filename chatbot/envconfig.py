@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 env = environ.Env()
+
+_Choice = TypeVar("_Choice", bound=str)
 
 
 def _fail(name: str, value: object, why: str) -> ImproperlyConfigured:
@@ -70,13 +72,15 @@ def env_bool(name: str, default: bool) -> bool:
     raise _fail(name, raw, "expected one of true/false/1/0/yes/no/on/off")
 
 
-def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+def env_choice(name: str, default: _Choice, choices: tuple[_Choice, ...]) -> _Choice:
+    """One of ``choices`` (typed as them: annotate the setting with their Literal)."""
     raw = env.str(name, default="").strip()
     if raw == "":
         return default
-    if raw not in choices:
-        raise _fail(name, raw, f"expected one of {', '.join(choices)}")
-    return raw
+    for choice in choices:
+        if raw == choice:
+            return choice
+    raise _fail(name, raw, f"expected one of {', '.join(choices)}")
 
 
 def env_url(name: str, *, schemes: tuple[str, ...]) -> str:

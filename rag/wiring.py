@@ -120,6 +120,7 @@ def llm_config_from_settings() -> LLMConfig:
             "LLM_NODE_TEMPERATURES", getattr(settings, "LLM_NODE_TEMPERATURES", ""), float
         ),
         connect_timeout=settings.LLM_CONNECT_TIMEOUT,
+        http_client=settings.LLM_HTTP_CLIENT,
         first_token_timeout=settings.LLM_FIRST_TOKEN_TIMEOUT,
         between_tokens_timeout=settings.LLM_BETWEEN_TOKENS_TIMEOUT,
         total_timeout=settings.LLM_REQUEST_TIMEOUT,

@@ -11,6 +11,9 @@ reads `--streams` chat completion streams one after another, three ways, and pri
 - `raw`: the worker's path (`RawEventStream`: the SDK's low-level post, events decoded to dicts, `ChatStreamParser`);
 - `http only`: the same request through the SDK's HTTP client, reading the body and nothing else (no SSE parsing,
   no JSON): what the HTTP stack alone costs.
+
+The client is the workers' (`rag.llm.client.make_client`) on the HTTP stack `--http-client` names: LLM_HTTP_CLIENT's
+value by default, or `both` to measure httpx and aiohttp in the same interleaved rounds.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatbot.settings")
 
 import httpx2  # noqa: E402
+from django.conf import settings  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 from concurrency.simulator.testing import SimulatorProcess  # noqa: E402
+from rag.llm.client import ClientKey, make_client  # noqa: E402
+from rag.llm.config import HTTP_CLIENTS, HttpClient  # noqa: E402
 from rag.llm.streams import ChatStreamParser, RawEventStream  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "How do I download my certificate?"}]
@@ -71,22 +77,29 @@ async def read_http(client: AsyncOpenAI) -> int:
     return chunks
 
 
-async def measure(base_url: str, streams: int, repeats: int) -> dict[str, Any]:
-    client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
-    ways = {"sdk": read_sdk, "raw": read_raw, "http only": read_http}
+async def measure(base_url: str, streams: int, repeats: int, http_clients: list[HttpClient]) -> dict[str, Any]:
+    # The SDK's default timeouts (600 s, connect 5 s), on the client the workers build.
+    clients = {name: make_client(ClientKey(base_url, "x", 5.0, 600.0, name)) for name in http_clients}
+    reads = {"sdk": read_sdk, "raw": read_raw, "http only": read_http}
+    ways = {
+        (f"{read} ({name})" if len(clients) > 1 else read): (client, way)
+        for read, way in reads.items()
+        for name, client in clients.items()
+    }
     rounds: dict[str, list[float]] = {name: [] for name in ways}
     counts: dict[str, int] = {}
-    for name, way in ways.items():  # warm-up: imports, the connection pool, the SDK's model classes
+    for name, (client, way) in ways.items():  # warm-up: imports, the connection pool, the SDK's model classes
         counts[name] = await way(client)
     for _ in range(repeats):
-        for name, way in ways.items():
+        for name, (client, way) in ways.items():
             spent = []
             for _ in range(streams):
                 started = time.process_time()
                 await way(client)
                 spent.append(time.process_time() - started)
             rounds[name].append(statistics.median(spent) * 1000)
-    await client.close()
+    for client in clients.values():
+        await client.close()
     return {
         name: {"ms_cpu_per_stream": round(statistics.median(values), 2), "rounds": [round(v, 2) for v in values]}
         | {"events_or_chunks": counts[name]}
@@ -99,18 +112,25 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--http-client",
+        choices=[*HTTP_CLIENTS, "both"],
+        default=settings.LLM_HTTP_CLIENT,
+        help="the clients' HTTP stack (default: LLM_HTTP_CLIENT, %(default)s); both: each, in the same rounds",
+    )
     args = parser.parse_args()
+    http_clients: list[HttpClient] = list(HTTP_CLIENTS) if args.http_client == "both" else [args.http_client]
     simulator = SimulatorProcess().start(ttft_ms=0, tpot_ms=2, output_tokens=args.tokens, max_num_seqs=4)
     try:
         load = os.getloadavg()[0]
-        figures = asyncio.run(measure(simulator.base_url, args.streams, args.repeats))
+        figures = asyncio.run(measure(simulator.base_url, args.streams, args.repeats, http_clients))
     finally:
         simulator.stop()
     print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average {load:.2f}")
     for name, row in figures.items():
         per_event = row["ms_cpu_per_stream"] * 1000 / args.tokens
         print(
-            f"{name:10s} {row['ms_cpu_per_stream']:7.2f} ms CPU per {args.tokens}-token stream "
+            f"{name:20s} {row['ms_cpu_per_stream']:7.2f} ms CPU per {args.tokens}-token stream "
             f"({per_event:.0f} us per token; rounds {row['rounds']})"
         )
 

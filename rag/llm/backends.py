@@ -168,11 +168,13 @@ class LLMBackend:
         cfg = self.config
         if not cfg.base_url:
             raise RuntimeError("no LLM server configured (LLMConfig.base_url is empty): use the offline backend")
-        return get_client(ClientKey(cfg.base_url, cfg.api_key, cfg.connect_timeout, cfg.total_timeout))
+        return get_client(ClientKey(cfg.base_url, cfg.api_key, cfg.connect_timeout, cfg.total_timeout, cfg.http_client))
 
     def _embedding_client(self) -> AsyncOpenAI:
         cfg = self.config
-        return get_client(ClientKey(cfg.embeddings_url, cfg.embeddings_key, cfg.connect_timeout, cfg.total_timeout))
+        return get_client(
+            ClientKey(cfg.embeddings_url, cfg.embeddings_key, cfg.connect_timeout, cfg.total_timeout, cfg.http_client)
+        )
 
     def _sampling(self, node: str, temperature: float | None, max_tokens: int | None, field: str) -> dict[str, Any]:
         args: dict[str, Any] = {}

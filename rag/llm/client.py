@@ -7,6 +7,9 @@ an async connection pool is bound to the loop that opened its connections; Djang
 
 The SDK's own retries are off (``max_retries=0``): rag.llm.policy is the only retry loop, so attempts are
 counted, rate-limited and slot-bounded in one place.
+
+``ClientKey.http_client`` picks the HTTP stack (LLM_HTTP_CLIENT): the SDK's default httpx transport, or its aiohttp
+one (rag.llm.aiohttp_transport), with the same timeouts and the same errors.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import weakref
 from dataclasses import dataclass, field
 
 from openai import AsyncOpenAI, Timeout
+
+from rag.llm.config import HttpClient
 
 __all__ = ["ClientKey", "aclose_clients", "get_client", "make_client"]
 
@@ -29,6 +34,7 @@ class ClientKey:
     # Socket read/write/pool timeout: only a backstop, the policy enforces the real (first-token, gap, total)
     # timeouts itself with asyncio so it can tell them apart.
     io_timeout: float
+    http_client: HttpClient = "httpx"
 
 
 _lock = threading.Lock()
@@ -40,11 +46,18 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ClientKey, A
 def make_client(key: ClientKey) -> AsyncOpenAI:
     """A new, unshared client (callers own it and must close it)."""
     # openai.Timeout is httpx2.Timeout, the type this SDK's transport uses (a legacy httpx.Timeout is converted).
+    timeout = Timeout(key.io_timeout, connect=key.connect_timeout)
+    http_client = None
+    if key.http_client == "aiohttp":
+        from rag.llm.aiohttp_transport import aiohttp_client  # loads aiohttp only for those who chose it
+
+        http_client = aiohttp_client(timeout)
     return AsyncOpenAI(
         base_url=key.base_url,
         api_key=key.api_key or "EMPTY",
         max_retries=0,
-        timeout=Timeout(key.io_timeout, connect=key.connect_timeout),
+        timeout=timeout,
+        http_client=http_client,
     )
 
 

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
-__all__ = ["BACKENDS", "CallPolicyConfig", "LLMConfig"]
+__all__ = ["BACKENDS", "HTTP_CLIENTS", "CallPolicyConfig", "HttpClient", "LLMConfig"]
 
 # Concurrency-manager backends an LLM call can be made against; "default" exists in the manager too, for
 # callers that do not split their limits.
 BACKENDS = ("default", "chat", "responses", "embedding")
+
+# The HTTP stack under the openai SDK (LLM_HTTP_CLIENT): its default httpx, or its aiohttp extra, which costs about
+# half the CPU per streamed answer. rag.llm.client builds either; the call policy sees the same errors from both.
+HttpClient = Literal["httpx", "aiohttp"]
+HTTP_CLIENTS: tuple[HttpClient, ...] = ("httpx", "aiohttp")
 
 
 def _positive(name: str, value: float) -> None:
@@ -48,6 +54,8 @@ class LLMConfig:
     embedding_dim: int = 1024
     # Texts per /v1/embeddings request (vLLM and OpenAI cap the batch size).
     embedding_batch_size: int = 64
+    # The HTTP stack of the clients (see HttpClient).
+    http_client: HttpClient = "httpx"
 
     def __post_init__(self) -> None:
         if not (self.base_url or self.embedding_base_url):
@@ -57,6 +65,8 @@ class LLMConfig:
             _positive(name, getattr(self, name))
         if self.embedding_dim < 1 or self.embedding_batch_size < 1:
             raise ValueError("embedding_dim and embedding_batch_size must be >= 1")
+        if self.http_client not in HTTP_CLIENTS:
+            raise ValueError(f"http_client must be one of {', '.join(HTTP_CLIENTS)}, got {self.http_client!r}")
 
     def model_for(self, backend: str, node: str) -> str:
         override = self.node_models.get(node)

@@ -1,4 +1,5 @@
-"""The settings in production: deploy/production.env passes `manage.py check --deploy` without a warning."""
+"""The settings in production: deploy/production.env passes `manage.py check --deploy` without a warning; a bad value
+stops start-up naming its variable."""
 
 from __future__ import annotations
 
@@ -31,3 +32,21 @@ def test_check_deploy_is_clean_with_the_production_env(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout and "WARNINGS" not in done.stderr
+
+
+def test_a_bad_llm_http_client_stops_start_up_naming_the_variable(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "chatbot.settings",
+            "DATA_DIR": str(tmp_path),
+            "LLM_HTTP_CLIENT": "curl",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "LLM_HTTP_CLIENT='curl' is invalid: expected one of httpx, aiohttp" in done.stderr

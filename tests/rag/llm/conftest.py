@@ -4,7 +4,9 @@ fresh HTTP clients per test, and a record of the policy's attempts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -15,6 +17,7 @@ from concurrency.manager import LLMConcurrencyManager, set_manager
 from concurrency.simulator.testing import SimulatorProcess
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.llm.client import aclose_clients
+from rag.llm.config import HTTP_CLIENTS, HttpClient
 from rag.llm.policy import CallPolicy
 
 # Fast tokens, a little reasoning before every answer (so both channels are exercised), small vectors.
@@ -33,6 +36,29 @@ USER = [{"role": "user", "content": "How do I reset my password?"}]
 def shared_llm_simulator() -> Iterator[SimulatorProcess]:
     with SimulatorProcess().start(**SIM_FLAGS) as sim:
         yield sim
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A port whose listener never accepts and whose accept queue is full: the kernel drops new SYNs, so a
+    connect there hangs until the client's connect timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        fillers = []
+        try:
+            for _ in range(4):
+                filler = socket.socket()
+                filler.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+                fillers.append(filler)
+            time.sleep(0.05)  # let the handshakes that fit in the queue complete
+            yield port
+        finally:
+            for filler in fillers:
+                filler.close()
 
 
 async def wait_idle(sim: SimulatorProcess, within: float = 1.0) -> dict[str, Any]:
@@ -122,13 +148,23 @@ def virtual_time() -> VirtualTime:
     return VirtualTime()
 
 
+@pytest.fixture
+def http_client() -> HttpClient:
+    """The HTTP stack of the clients `make_backend` builds; the transport tests run on each (`on_each_http_client`)."""
+    return "httpx"
+
+
+# Runs a test once per HTTP stack (LLM_HTTP_CLIENT): a transport failure must reach the policy as the same error.
+on_each_http_client = pytest.mark.parametrize("http_client", HTTP_CLIENTS)
+
 BackendFactory = Callable[..., LLMBackend]
 
 
 @pytest.fixture
-def make_backend(sim: SimulatorProcess, manager: LLMConcurrencyManager) -> BackendFactory:
+def make_backend(sim: SimulatorProcess, manager: LLMConcurrencyManager, http_client: HttpClient) -> BackendFactory:
     """``make_backend(first_token_timeout=1, max_attempts=3, ...)``: LLMConfig and CallPolicyConfig fields mixed;
-    ``time=VirtualTime()`` gives the policy that clock and sleep instead of the real ones."""
+    ``time=VirtualTime()`` gives the policy that clock and sleep instead of the real ones. The clients use the
+    ``http_client`` fixture's HTTP stack."""
 
     def build(time: VirtualTime | None = None, **overrides: Any) -> LLMBackend:
         llm_fields = set(LLMConfig.__dataclass_fields__)
@@ -140,6 +176,7 @@ def make_backend(sim: SimulatorProcess, manager: LLMConcurrencyManager) -> Backe
             "between_tokens_timeout": 5.0,
             "total_timeout": 20.0,
             "embedding_dim": SIM_FLAGS["embedding_dim"],
+            "http_client": http_client,
         }
         policy_args: dict[str, Any] = {"backoff_base": 0.01, "backoff_max": 0.05, "jitter": False}
         for key, value in overrides.items():

@@ -1,12 +1,14 @@
-"""The shared SDK client: one per configuration and loop, no SDK retries, our timeouts."""
+"""The shared SDK client: one per configuration and loop, no SDK retries, our timeouts, on the chosen HTTP stack."""
 
 from __future__ import annotations
 
 import asyncio
 
-from openai import AsyncOpenAI, Timeout
+import pytest
+from openai import AsyncOpenAI, DefaultAioHttpClient, Timeout
 
 from rag.llm.client import ClientKey, aclose_clients, get_client
+from rag.llm.config import HTTP_CLIENTS, HttpClient
 
 
 async def test_one_client_per_key_with_sdk_retries_off() -> None:
@@ -39,3 +41,19 @@ def test_each_event_loop_gets_its_own_client() -> None:
     assert first is not second
     for client in (first, second):
         asyncio.run(client.close())
+
+
+@pytest.mark.parametrize("http_client", HTTP_CLIENTS)
+async def test_the_keys_http_client_carries_the_same_timeouts(http_client: HttpClient) -> None:
+    key = ClientKey("http://127.0.0.1:9/v1", "k", 2.0, 30.0, http_client)
+    client = get_client(key)
+    try:
+        other: HttpClient = "aiohttp" if http_client == "httpx" else "httpx"
+        assert get_client(ClientKey("http://127.0.0.1:9/v1", "k", 2.0, 30.0, other)) is not client
+        assert client.max_retries == 0 and client.timeout.connect == 2.0 and client.timeout.read == 30.0  # type: ignore[union-attr]
+        http = client._client  # the SDK's HTTP client: the timeouts reach the transport from it
+        assert isinstance(http, DefaultAioHttpClient) is (http_client == "aiohttp")
+        assert (http.timeout.connect, http.timeout.read) == (2.0, 30.0)
+    finally:
+        await aclose_clients()
+    assert client.is_closed()

@@ -1,13 +1,12 @@
 """The call policy against injected faults: what is retried, how long it waits, what the user ends up with, and
-that the upstream server saw exactly the attempts the policy made."""
+that the upstream server saw exactly the attempts the policy made. The transport faults run on each HTTP stack
+(LLM_HTTP_CLIENT): the policy must see the same failure from httpx and from aiohttp."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from concurrency.simulator.testing import SimulatorProcess, free_port
 from rag.errors import Busy, UpstreamError, UpstreamTimeout
 from rag.llm import LLMBackend, LLMDelta
 from rag.llm.backends import ChatBackend
-from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, VirtualTime, wait_idle
+from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, VirtualTime, on_each_http_client, wait_idle
 
 
 async def stream_all(backend: LLMBackend, api: ChatBackend = "chat", **kwargs: Any) -> list[LLMDelta]:
@@ -32,6 +31,7 @@ async def upstream_attempts(sim: SimulatorProcess, api: str = "chat") -> int:
     return int((await sim.astats())["endpoints"][api]["attempts"])
 
 
+@on_each_http_client
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_429_waits_for_retry_after_then_succeeds(
     api: ChatBackend,
@@ -84,6 +84,7 @@ async def test_a_429_on_every_call_ends_within_the_retry_budget_as_busy_with_ret
     assert await upstream_attempts(sim) == 2
 
 
+@on_each_http_client
 async def test_complete_and_embed_are_retried_too(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
@@ -129,6 +130,7 @@ async def test_retry_after_beyond_the_deadline_fails_fast(
     assert await upstream_attempts(sim) == 1
 
 
+@on_each_http_client
 async def test_hang_before_first_token_times_out_without_retry(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
@@ -144,6 +146,7 @@ async def test_hang_before_first_token_times_out_without_retry(
     assert (await wait_idle(sim))["aborted"] == 1  # we hung up, so the server stopped
 
 
+@on_each_http_client
 async def test_drop_mid_stream_is_an_upstream_error_and_never_retried(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
@@ -158,6 +161,7 @@ async def test_drop_mid_stream_is_an_upstream_error_and_never_retried(
     assert await upstream_attempts(sim) == 1
 
 
+@on_each_http_client
 async def test_drop_before_the_first_token_is_retried(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
@@ -168,6 +172,7 @@ async def test_drop_before_the_first_token_is_retried(
     assert await upstream_attempts(sim) == 2
 
 
+@on_each_http_client
 async def test_stall_mid_stream_times_out_on_the_gap_without_retry(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
@@ -179,6 +184,7 @@ async def test_stall_mid_stream_times_out_on_the_gap_without_retry(
     assert attempts.outcomes == ["stalled"] and await upstream_attempts(sim) == 1
 
 
+@on_each_http_client
 @pytest.mark.parametrize("operation", ["stream", "complete"])
 async def test_the_whole_call_deadline_ends_a_call_that_keeps_within_its_other_timeouts(
     operation: str, make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
@@ -199,6 +205,7 @@ async def test_the_whole_call_deadline_ends_a_call_that_keeps_within_its_other_t
     assert (await wait_idle(sim))["aborted"] == 1  # the abandoned request was closed upstream
 
 
+@on_each_http_client
 async def test_connection_refused_is_retried_then_one_upstream_error(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog
 ) -> None:
@@ -209,29 +216,7 @@ async def test_connection_refused_is_retried_then_one_upstream_error(
     assert attempts.outcomes == ["connection"] * 3
 
 
-@pytest.fixture
-def unanswered_port() -> Iterator[int]:
-    """A port whose listener never accepts and whose accept queue is full: the kernel drops new SYNs, so a
-    connect there hangs until the client's connect timeout."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        port = int(listener.getsockname()[1])
-        fillers = []
-        try:
-            for _ in range(4):
-                filler = socket.socket()
-                filler.setblocking(False)
-                with contextlib.suppress(BlockingIOError):
-                    filler.connect(("127.0.0.1", port))
-                fillers.append(filler)
-            time.sleep(0.05)  # let the handshakes that fit in the queue complete
-            yield port
-        finally:
-            for filler in fillers:
-                filler.close()
-
-
+@on_each_http_client
 async def test_a_connect_timeout_is_retried_then_one_timeout(
     make_backend: BackendFactory, sim: SimulatorProcess, attempts: AttemptLog, unanswered_port: int
 ) -> None:
@@ -288,6 +273,7 @@ async def test_no_free_slot_is_busy_with_retry_after(
     assert info.value.retry_after is not None and info.value.retry_after >= 1
 
 
+@on_each_http_client
 @pytest.mark.parametrize("how", ["cancel", "break"])
 async def test_leaving_mid_stream_closes_the_upstream_request_and_frees_the_slot(
     how: str, make_backend: BackendFactory, sim: SimulatorProcess, manager: LLMConcurrencyManager

@@ -13,8 +13,9 @@ from openai import APIError
 from concurrency.simulator.testing import SimulatorProcess
 from rag.errors import UpstreamError
 from rag.llm.client import ClientKey, get_client
+from rag.llm.config import HttpClient
 from rag.llm.streams import ChatStreamParser, RawEventStream, ResponsesStreamParser, StreamEventError, sse_json_events
-from tests.rag.llm.conftest import USER, BackendFactory
+from tests.rag.llm.conftest import USER, BackendFactory, on_each_http_client
 
 
 async def lines_of(*lines: str) -> AsyncIterator[str]:
@@ -26,11 +27,12 @@ async def decoded(*lines: str) -> list[object]:
     return [event async for event in sse_json_events(lines_of(*lines))]
 
 
+@on_each_http_client
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_the_simulators_stream_arrives_as_plain_dicts_and_parses_to_reasoning_answer_and_usage(
-    api: str, sim: SimulatorProcess, manager: object
+    api: str, http_client: HttpClient, sim: SimulatorProcess, manager: object
 ) -> None:
-    client = get_client(ClientKey(sim.base_url, "x", 5.0, 30.0))
+    client = get_client(ClientKey(sim.base_url, "x", 5.0, 30.0, http_client))
     parser: ChatStreamParser | ResponsesStreamParser
     if api == "chat":
         body: dict[str, Any] = {"model": "sim-chat", "messages": USER, "stream_options": {"include_usage": True}}
@@ -53,6 +55,7 @@ async def test_the_simulators_stream_arrives_as_plain_dicts_and_parses_to_reason
     assert parser.usage is not None and parser.usage.output_tokens == 16
 
 
+@on_each_http_client
 async def test_a_dropped_stream_mid_answer_is_one_upstream_error(
     make_backend: BackendFactory, sim: SimulatorProcess
 ) -> None:
