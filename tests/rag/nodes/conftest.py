@@ -15,6 +15,7 @@ from rag.prompting.prompts import CataloguePrompts
 from tests.rag.llm.conftest import (  # noqa: F401 - fixtures, used by name
     SIM_FLAGS,
     attempts,
+    http_client,
     make_backend,
     manager,
     sim,
