@@ -57,6 +57,10 @@ if Path(sys.argv[0]).name == "daphne" or Path(sys.argv[0]).parent.name == "daphn
     # Tell the commands (`ask`, `reindex`, `backfill`) where this server listens: DATA_DIR/server.json.
     server_file_write(settings.DATA_DIR, daphne_url(sys.argv[1:]))
 
+if settings.LLM_BASE_URL and settings.LLM_HTTP_CLIENT == "aiohttp":
+    # The LLM clients' HTTP stack, loaded now (and frozen below with the rest) instead of on the first question.
+    import rag.llm.aiohttp_transport  # noqa: F401
+
 if settings.RAG_PRELOAD:
     # Open the store and load its replica at start-up, so the first question does not wait for it.
     warm_up()

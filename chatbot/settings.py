@@ -196,9 +196,9 @@ LLM_REQUEST_TIMEOUT = env_float("LLM_REQUEST_TIMEOUT", 120.0, minimum=0.1)
 LLM_CONNECT_TIMEOUT = env_float("LLM_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 LLM_FIRST_TOKEN_TIMEOUT = env_float("LLM_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
 LLM_BETWEEN_TOKENS_TIMEOUT = env_float("LLM_BETWEEN_TOKENS_TIMEOUT", 15.0, minimum=0.1)
-# The LLM clients' HTTP stack: httpx (the openai SDK's default) or aiohttp (the SDK's aiohttp extra: about half
-# the client CPU per streamed answer). Failures are classified the same either way.
-LLM_HTTP_CLIENT: Literal["httpx", "aiohttp"] = env_choice("LLM_HTTP_CLIENT", "httpx", ("httpx", "aiohttp"))
+# The LLM clients' HTTP stack: aiohttp (the openai SDK's aiohttp extra, the default: about half the HTTP stack's
+# CPU per streamed answer) or httpx (the SDK's own default). Failures are classified the same either way.
+LLM_HTTP_CLIENT: Literal["httpx", "aiohttp"] = env_choice("LLM_HTTP_CLIENT", "aiohttp", ("httpx", "aiohttp"))
 # Per-node model and temperature overrides: "planner=qwen-small,response_synth=qwen-big", "planner=0".
 LLM_NODE_MODELS = env_str("LLM_NODE_MODELS")
 LLM_NODE_TEMPERATURES = env_str("LLM_NODE_TEMPERATURES")

@@ -8,8 +8,9 @@ an async connection pool is bound to the loop that opened its connections; Djang
 The SDK's own retries are off (``max_retries=0``): rag.llm.policy is the only retry loop, so attempts are
 counted, rate-limited and slot-bounded in one place.
 
-``ClientKey.http_client`` picks the HTTP stack (LLM_HTTP_CLIENT): the SDK's default httpx transport, or its aiohttp
-one (rag.llm.aiohttp_transport), with the same timeouts and the same errors.
+``ClientKey.http_client`` picks the HTTP stack (LLM_HTTP_CLIENT): the SDK's aiohttp one (rag.llm.aiohttp_transport,
+the default: about half the CPU per streamed answer of the other, `docs/benchmarks/streaming_load.md`), or its own
+default httpx transport, with the same timeouts and the same errors.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class ClientKey:
     # Socket read/write/pool timeout: only a backstop, the policy enforces the real (first-token, gap, total)
     # timeouts itself with asyncio so it can tell them apart.
     io_timeout: float
-    http_client: HttpClient = "httpx"
+    http_client: HttpClient = "aiohttp"
 
 
 _lock = threading.Lock()
@@ -49,7 +50,7 @@ def make_client(key: ClientKey) -> AsyncOpenAI:
     timeout = Timeout(key.io_timeout, connect=key.connect_timeout)
     http_client = None
     if key.http_client == "aiohttp":
-        from rag.llm.aiohttp_transport import aiohttp_client  # loads aiohttp only for those who chose it
+        from rag.llm.aiohttp_transport import aiohttp_client  # loads aiohttp only where an LLM client is made
 
         http_client = aiohttp_client(timeout)
     return AsyncOpenAI(

@@ -55,7 +55,7 @@ class LLMConfig:
     # Texts per /v1/embeddings request (vLLM and OpenAI cap the batch size).
     embedding_batch_size: int = 64
     # The HTTP stack of the clients (see HttpClient).
-    http_client: HttpClient = "httpx"
+    http_client: HttpClient = "aiohttp"
 
     def __post_init__(self) -> None:
         if not (self.base_url or self.embedding_base_url):

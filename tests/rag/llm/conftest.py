@@ -151,7 +151,7 @@ def virtual_time() -> VirtualTime:
 @pytest.fixture
 def http_client() -> HttpClient:
     """The HTTP stack of the clients `make_backend` builds; the transport tests run on each (`on_each_http_client`)."""
-    return "httpx"
+    return "aiohttp"
 
 
 # Runs a test once per HTTP stack (LLM_HTTP_CLIENT): a transport failure must reach the policy as the same error.
