@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# How long the copy in Redis lets events gather between two writes; the first event and the terminal one go at
+# once. Another worker's reader polls every 0.2 s (`redis_store.POLL_SECONDS`), so it sees no difference, while a
+# write per event was a Redis transaction per token, the largest cost of an answer with Redis (py-spy, 15 %).
+MIRROR_BATCH_SECONDS = 0.05
+
 
 class ResumeRefused(Exception):
     """A resume that cannot be served. `status` is the HTTP status for SSE; every transport uses the message."""
@@ -115,7 +120,8 @@ class LiveStream:
             self.append(transport_error_event(code, message, request_id=self.request_id, after_seq=self.last_seq))
 
     async def _mirror(self, store: RedisStreamStore) -> None:
-        """Copy events to Redis in batches: whatever arrived while the previous write was in flight goes next."""
+        """Copy events to Redis in batches: after each write, what arrives within `MIRROR_BATCH_SECONDS` (or until
+        the terminal event, which is never held back) goes in the next one."""
         while True:
             wake = self._wake
             if self.mirrored_seq + 1 < self._first_seq:
@@ -137,6 +143,10 @@ class LiveStream:
                     await self._mirror_drop(store)
                     return
                 self.mirrored_seq = pending[-1]["seq"]
+                if self.terminal is None:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(MIRROR_BATCH_SECONDS):
+                            await self._ended.wait()
                 continue
             if self.terminal is not None:
                 return

@@ -9,20 +9,25 @@ ones are never dropped, and their number is bounded by the LLM concurrency limit
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from chatbot.replay.live import LiveStream, ResumeRefused
+from chatbot.replay.live import MIRROR_BATCH_SECONDS, LiveStream, ResumeRefused
 from chatbot.replay.redis_store import RedisStreamStore
 from chatbot.streaming import ChatExchange
-from rag.events import Event
+from rag.events import TERMINAL_CHANNELS, Event
 
 # With Redis holding the window, the local copy of a finished stream is kept only this long after Redis has all
 # of it (a resume on this worker then reads Redis like any other).
 LOCAL_GRACE_SECONDS = 10.0
 # A resume served from Redis gives up when its stream shows nothing new for this long (its worker went away).
 REMOTE_IDLE_SECONDS = 60.0
+# The copy in Redis is written in batches (`live.MIRROR_BATCH_SECONDS`), so a client that read the live stream up to
+# its last event and comes back on another worker can be a batch ahead of the copy: its resume waits this long for
+# the copy to reach its last seq before it is refused as beyond the stream.
+REMOTE_CATCH_UP_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -107,7 +112,7 @@ class StreamRegistry:
             owner = await self.store.owner(request_id)
             if owner is not None:
                 self._check_owner(request_id, owner, client_id)
-                last = await self.store.last_event(request_id)
+                last = await self._stored_up_to(self.store, request_id, after_seq)
                 if last is not None:
                     if after_seq > last["seq"]:
                         raise ResumeRefused(
@@ -117,6 +122,19 @@ class StreamRegistry:
                     events = self.store.tail(request_id, after_seq, idle_seconds=REMOTE_IDLE_SECONDS)
                     return Resumption(request_id, events, None, complete)
         raise self._unknown(request_id)
+
+    @staticmethod
+    async def _stored_up_to(store: RedisStreamStore, request_id: str, after_seq: int) -> Event | None:
+        """The copy's last event, once it has `after_seq` or the stream's end, or when `REMOTE_CATCH_UP_SECONDS` have
+        passed (then a resume from beyond it is refused); None when Redis has no copy."""
+        deadline = time.monotonic() + REMOTE_CATCH_UP_SECONDS
+        while True:
+            last = await store.last_event(request_id)
+            if last is None or last["seq"] >= after_seq or last["channel"] in TERMINAL_CHANNELS:
+                return last
+            if time.monotonic() >= deadline:
+                return last
+            await asyncio.sleep(MIRROR_BATCH_SECONDS)
 
     def _unknown(self, request_id: str) -> ResumeRefused:
         return ResumeRefused(
