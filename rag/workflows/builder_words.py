@@ -162,6 +162,10 @@ PARAMETER_HELP: tuple[str, ...] = (
     gettext_noop("With an LLM, also translate English questions into Traditional Chinese (Chinese corpus)"),
     gettext_noop("With an LLM: most documents given to the model as numbered sources"),
     gettext_noop("With an LLM: write the running conversation summary with it"),
+    gettext_noop(
+        "With an LLM: write the model's summary once a turn leaves the history the model sees word for word "
+        "(window_full, one call fewer per short conversation), or after every turn (every_turn)"
+    ),
 )
 
 
