@@ -33,7 +33,7 @@ from tests.chatbot.helpers import (
     ws_events,
 )
 from tests.fake_clock import FakeClock
-from tests.waiting import until_async
+from tests.waiting import until, until_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -393,5 +393,7 @@ async def test_redis_keeps_events_for_the_window_only(redis_store: replay.RedisS
     for key in redis_store._keys(request_id):
         assert 1000 < await redis_store._redis().pttl(key) <= 3000
     await until_async(lambda: redis_store.owner(request_id), lambda owner: owner is None, within=10.0)
+    # This worker's own copy goes the same retention after the terminal event (its clock, not Redis's).
+    await until(lambda: replay.stream_registry().local(request_id) is None, within=10.0)
     expired = await sse_request(resume_path(request_id), b"", headers=[cookie], method="GET")
     assert expired.status == 410
