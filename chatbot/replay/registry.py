@@ -130,9 +130,8 @@ class StreamRegistry:
         deadline = time.monotonic() + REMOTE_CATCH_UP_SECONDS
         while True:
             last = await store.last_event(request_id)
-            if last is None or last["seq"] >= after_seq or last["channel"] in TERMINAL_CHANNELS:
-                return last
-            if time.monotonic() >= deadline:
+            caught_up = last is None or last["seq"] >= after_seq or last["channel"] in TERMINAL_CHANNELS
+            if caught_up or time.monotonic() >= deadline:
                 return last
             await asyncio.sleep(MIRROR_BATCH_SECONDS)
 
