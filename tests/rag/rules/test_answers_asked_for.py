@@ -1,0 +1,64 @@
+"""Offline answers give what was asked for, on a small help site indexed in the test (tests/rag/rules/answer_site.py):
+a phone number whole, no padding, no "Yes" borrowed from another question, every step of a procedure, the row of
+a table that was asked about."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from rag.rules.answers import answer_body
+from rag.runtime import PipelineRuntime
+from tests.rag.rules.answer_site import ask, site_runtime
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineRuntime]:
+    yield from site_runtime(tmp_path_factory.mktemp("site"))
+
+
+async def body(runtime: PipelineRuntime, question: str) -> str:
+    return answer_body((await ask(runtime, question)).answer)
+
+
+async def test_a_phone_extension_stays_with_its_number(runtime: PipelineRuntime) -> None:
+    text = await body(runtime, "What is the phone number of the IT service desk?")
+    assert "02-2345-6789 ext. 88100 [1]." in text
+    assert "ext [1]" not in text and "ext. [1]" not in text
+
+
+async def test_an_answer_is_only_the_sentence_that_answers(runtime: PipelineRuntime) -> None:
+    text = await body(runtime, "What is the maximum file size for an assignment upload?")
+    assert text == "The maximum file size for an assignment upload is 100 MB [1]."
+    zh = await body(runtime, "密碼連續輸錯幾次會被鎖定？")
+    assert zh == "密碼連續輸錯 5 次，帳號會被鎖定 15 分鐘[1]。"  # not the sentence about account IDs before it
+
+
+async def test_a_yes_no_question_the_site_does_not_answer_gets_no_yes(runtime: PipelineRuntime) -> None:
+    state = await ask(runtime, "Can lecturers export grades to Excel?")
+    text = answer_body(state.answer)
+    assert "Yes" not in text and "[1]" not in text.split("\n\n")[0]
+    assert text.startswith("Sorry, I couldn't find an answer")
+
+
+async def test_a_yes_no_question_is_answered_by_the_sentence_under_its_heading(runtime: PipelineRuntime) -> None:
+    text = await body(runtime, "Can I resubmit an assignment?")
+    assert text == "Yes, until the deadline, unless your lecturer has turned off resubmission [1]."
+
+
+async def test_every_numbered_step_is_given_with_its_number(runtime: PipelineRuntime) -> None:
+    text = await body(runtime, "如何繳交作業？")
+    assert re.findall(r"^(\d)\. ", text, flags=re.MULTILINE) == ["1", "2", "3", "4", "5", "6", "7"]
+    assert "4. 點選「上傳檔案」" in text
+    assert text.index("「儲存變更」：檔案只會存成草稿") < text.index("「送出作業」：送出後老師才看得到")
+
+
+async def test_a_question_about_one_row_gets_that_row_under_its_header(runtime: PipelineRuntime) -> None:
+    text = await body(runtime, "校外人士旁聽一門課要多少錢？")
+    lines = text.splitlines()
+    header = lines.index("| 身分 | 每門課費用 | 備註 |")
+    assert lines[header + 1 :] == ["| --- | --- | --- |", "| 校外人士 | 2,500 元 | 需於開課前兩週申請 |"]
+    assert "本校校友" not in text and "高中生" not in text
+    assert lines[0] == "旁聽收費標準[1]："
