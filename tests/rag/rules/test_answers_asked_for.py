@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from rag.rules.answers import answer_body
+from rag.retrieval.chunking import Chunk, chunk_document
+from rag.retrieval.loaders import load_documents
+from rag.retrieval.markdown import LoadError
+from rag.rules.answers import answer_body, extractive_answer
 from rag.runtime import PipelineRuntime
+from rag.state import RetrievedChunk
 from tests.rag.rules.answer_site import ask, site_runtime
 
 
@@ -62,3 +67,43 @@ async def test_a_question_about_one_row_gets_that_row_under_its_header(runtime: 
     assert lines[header + 1 :] == ["| --- | --- | --- |", "| 校外人士 | 2,500 元 | 需於開課前兩週申請 |"]
     assert "本校校友" not in text and "高中生" not in text
     assert lines[0] == "旁聽收費標準[1]："
+
+
+STEPS = [
+    "登入數位學習平台。",
+    "進入課程頁面，點選「作業」分頁。",
+    "點選要繳交的作業名稱。",
+    "點選「上傳檔案」，選擇要繳交的檔案。",
+    "點選「儲存變更」：檔案只會存成草稿，老師還看不到。",
+    "確認檔案無誤後，點選「送出作業」：送出後老師才看得到。",
+    "畫面顯示「已送出」即完成繳交。",
+]
+NUMBERED = "".join(f"{i}. {step}\n" for i, step in enumerate(STEPS, 1))
+PROCEDURE_FILES = {
+    "submit.html": (
+        '<html lang="zh-Hant"><head><title>如何繳交作業</title></head><body><nav>首頁</nav><main>'
+        "<h1>如何繳交作業</h1><p>繳交作業前請先確認檔案格式。</p><ol>"
+        + "".join(f"<li>{step}</li>" for step in STEPS)
+        + "</ol></main></body></html>"
+    ),
+    "submit.txt": "如何繳交作業\n\n繳交作業前請先確認檔案格式。\n" + NUMBERED,
+    "submit.md": "# 如何繳交作業\n\n繳交作業前請先確認檔案格式。\n\n" + NUMBERED,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROCEDURE_FILES))
+def test_a_procedure_keeps_every_step_and_its_number_from_html_text_and_markdown(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_text(PROCEDURE_FILES[name], encoding="utf-8")
+    errors: list[LoadError] = []
+    [document] = load_documents(tmp_path, errors=errors, language="zh-hant")
+    chunks = [retrieved(chunk) for chunk in chunk_document(document)]
+    result = extractive_answer("如何繳交作業？", chunks, language="zh-hant")
+    assert not errors and result is not None
+    text = answer_body(result.text)
+    numbered = re.findall(r"^(\d)\. (.+)$", text.replace("[1]", ""), flags=re.MULTILINE)
+    assert numbered == [(str(i), step) for i, step in enumerate(STEPS, 1)]
+
+
+def retrieved(chunk: Chunk) -> RetrievedChunk:
+    fields = ("chunk_id", "doc_id", "title", "url", "text", "language", "heading", "kind")
+    return RetrievedChunk(score=1.0, **{field: getattr(chunk, field) for field in fields})
