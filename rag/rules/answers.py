@@ -162,7 +162,12 @@ def extractive_answer(
         if not candidates:
             return None  # nothing says yes or no to it: the honest "not found", not the article's opening
     chosen, chunk_best = _chosen_sentences(
-        candidates, articles, wanted=wanted, max_sentences=max_sentences, min_sentences=min_sentences
+        candidates,
+        articles,
+        wanted=wanted,
+        wants_amount=question_kind(question) in _AMOUNT_KINDS,
+        max_sentences=max_sentences,
+        min_sentences=min_sentences,
     )
     if not chosen:
         return None
@@ -320,28 +325,33 @@ def _chosen_sentences(
     articles: list[RetrievedChunk],
     *,
     wanted: set[str],
+    wants_amount: bool,
     max_sentences: int,
     min_sentences: int,
 ) -> tuple[dict[tuple[int, int], Sentence], dict[int, float]]:
     """The sentences to give, by (chunk index, position), and each chunk's best score.
 
     After the best sentence, one is given only when it says something of the question the ones before did not
-    (a term they lack) or matches it nearly as well as the best one: a sentence sharing only words already
-    answered pads the answer. The best chunk's opening is added only when the sentences found say less than half
-    of what was asked."""
+    (a term they lack), gives the amount a time or quantity question asks for when none has (`wants_amount`), or
+    matches it nearly as well as the best one: a sentence sharing only words already answered pads the answer.
+    The best chunk's opening is added only when the sentences found say less than half of what was asked."""
     # Sentences far below the best one only share a common word ("密碼") with the question: leave them out.
     floor = candidates[0].score * _RELATIVE_FLOOR if candidates else 0.0
     chosen: dict[tuple[int, int], Sentence] = {}
     chunk_best: dict[int, float] = {}
     seen_text: set[str] = set()
     covered: set[str] = set()
+    has_amount = False
     for candidate in candidates:
         line = candidate.line
         if len(chosen) >= max_sentences or candidate.score < floor:
             break
         adds = bool(candidate.hits - covered) or candidate.score >= _NEAR_BEST * candidates[0].score
+        # a time or a quantity asked and none given yet: a sentence giving one says what was asked
+        adds = adds or (wants_amount and not has_amount and bool(_AMOUNT_RE.search(line.text)))
         if line.text in seen_text or (chosen and not adds):
             continue
+        has_amount = has_amount or bool(_AMOUNT_RE.search(line.text))
         seen_text.add(line.text)
         seen_text.update(_item_sentences(line))  # a list given whole is not quoted again item by item
         chosen[(candidate.rank, candidate.position)] = line
