@@ -150,6 +150,43 @@ def extractive_answer(
     `steps_to_fetch` and this)."""
     asking = titles_asking(question) if asking is None else asking
     articles = answer_articles(asking, chunks, language=language, max_chunks=max_chunks)
+    foreign = _all_in_other_language(articles, language)
+    # a passage found only in the other language is quoted as written (its own punctuation and citation style),
+    # after a line that says so
+    composed = _extracted(
+        question,
+        chunks,
+        articles,
+        language=articles[0].language if foreign else language,
+        max_sentences=max_sentences,
+        min_sentences=min_sentences,
+        document=document,
+        asking=asking,
+    )
+    if composed is None or not foreign:
+        return composed
+    notice = messages.text("other_language", language)
+    text = f"{notice}\n\n{answer_body(composed.text)}\n\n{sources_block(composed.sources, language)}"
+    return dataclasses.replace(composed, text=text)
+
+
+def _all_in_other_language(chunks: list[RetrievedChunk], language: str) -> bool:
+    want = messages.reply_language(language)
+    return bool(chunks) and all(c.language and messages.reply_language(c.language) != want for c in chunks)
+
+
+def _extracted(
+    question: str,
+    chunks: list[RetrievedChunk],
+    articles: list[RetrievedChunk],
+    *,
+    language: str,
+    max_sentences: int,
+    min_sentences: int,
+    document: list[RetrievedChunk] | None,
+    asking: TitlesAsking,
+) -> ComposedAnswer | None:
+    """`extractive_answer` from the articles chosen, before any notice."""
     whole = _whole_procedure(question, chunks, articles, language=language, document=document)
     if whole is not None:
         return whole

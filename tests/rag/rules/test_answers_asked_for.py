@@ -12,11 +12,11 @@ import pytest
 
 from rag.retrieval.chunking import Chunk, chunk_document
 from rag.retrieval.loaders import load_documents
-from rag.retrieval.markdown import LoadError
+from rag.retrieval.markdown import LoadError, document_from_text
 from rag.rules.answers import answer_body, extractive_answer
 from rag.runtime import PipelineRuntime
 from rag.state import RetrievedChunk
-from tests.rag.rules.answer_site import ask, site_runtime
+from tests.rag.rules.answer_site import PAGES, ask, site_runtime
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +107,16 @@ def test_a_procedure_keeps_every_step_and_its_number_from_html_text_and_markdown
 def retrieved(chunk: Chunk) -> RetrievedChunk:
     fields = ("chunk_id", "doc_id", "title", "url", "text", "language", "heading", "kind")
     return RetrievedChunk(score=1.0, **{field: getattr(chunk, field) for field in fields})
+
+
+def test_a_passage_only_in_the_other_language_is_quoted_after_a_notice() -> None:
+    zh = next(iter(chunk_document(document_from_text(PAGES["zh-online-exam"], doc_id="zh-online-exam"))))
+    en = next(iter(chunk_document(document_from_text(PAGES["en-library"], doc_id="en-library"))))
+    result = extractive_answer("Online exam: is a webcam (鏡頭) needed?", [retrieved(zh)], language="en")
+    assert result is not None
+    text = answer_body(result.text)
+    notice, quoted = text.split("\n\n", 1)
+    assert notice == "The help centre has this only in Chinese; here is the passage as written:"
+    assert quoted.startswith("線上考試期間必須全程開啟視訊鏡頭[1]。")
+    same = extractive_answer("How long is a library laptop loan?", [retrieved(en)], language="en")
+    assert same is not None and not same.text.startswith("The help centre has this only")
