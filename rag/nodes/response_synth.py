@@ -246,8 +246,10 @@ class ResponseSynth:
     async def _answer_request(
         self, state: PipelineState, task: str
     ) -> tuple[list[dict[str, str]], Any, dict[str, Any]]:
+        chunks = await self._with_steps(state) if task == ANSWER else state.retrieved
         numbered = number_sources(
-            await self._with_steps(state) if task == ANSWER else state.retrieved,
+            # a question about a row of a table: the model reads that row under its header, as offline
+            answers.rows_in_focus(state.normalized_question, chunks) if task == ANSWER else chunks,
             forms_base_url=self._forms_base_url,
             max_sources=self._max_sources,
             max_chars=self._source_chars,

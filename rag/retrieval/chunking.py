@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 
 from rag.retrieval.markdown import Document
+from rag.text.sentences import stop_ends_sentence
+from rag.text.tables import is_table_line, read_table
 
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
@@ -104,6 +106,8 @@ def split_sentences(text: str) -> list[str]:
     for line in text.splitlines():
         start = 0
         for match in _SENTENCE_END_RE.finditer(line):
+            if line[match.start() - 1] == "." and not stop_ends_sentence(line, match.start() - 1):
+                continue  # "ext. 88100", "Dr. Lin": the stop shortens a word
             end = match.end()
             if end > start:
                 out.append(line[start:end].strip())
@@ -146,11 +150,14 @@ def split_long(text: str, config: ChunkingConfig, *, size: int | None = None) ->
         return [text]
     # units: paragraphs that fit, else their sentences; each unit is (text, size, starts_paragraph)
     units: list[tuple[str, int, bool]] = []
-    for paragraph in re.split(r"\n\s*\n", text):
+    for paragraph in _table_apart(re.split(r"\n\s*\n", text)):
         paragraph = paragraph.strip()
         if not paragraph:
             continue
         size = text_units(paragraph)
+        if is_table_line(paragraph):
+            units.extend(_table_units(paragraph, config))
+            continue
         if size <= config.target_units:
             units.append((paragraph, size, True))
             continue
@@ -183,9 +190,48 @@ def split_long(text: str, config: ChunkingConfig, *, size: int | None = None) ->
     return pieces
 
 
+def _table_apart(paragraphs: list[str]) -> list[str]:
+    """The paragraphs with each pipe table a paragraph of its own (a line of text may run into a table)."""
+    out: list[str] = []
+    for paragraph in paragraphs:
+        lines = paragraph.strip().splitlines()
+        run: list[str] = []
+        for line in lines:
+            if run and is_table_line(line) != is_table_line(run[-1]):
+                out.append("\n".join(run))
+                run = []
+            run.append(line)
+        out.append("\n".join(run))
+    return out
+
+
+def _table_units(table_text: str, config: ChunkingConfig) -> list[tuple[str, int, bool]]:
+    """A pipe table as units of whole rows, each under the table's header and separator (repeated in every
+    piece, so a row is always read with what its cells are); a table that fits is one unit."""
+    size = text_units(table_text)
+    if size <= config.target_units:
+        return [(table_text, size, True)]
+    table = read_table(table_text.splitlines())
+    header_size = text_units(table.markdown(()))
+    units: list[tuple[str, int, bool]] = []
+    rows: list[str] = []
+    rows_size = 0
+    for row in table.rows:
+        row_size = text_units(row)
+        if rows and header_size + rows_size + row_size > config.target_units:
+            units.append((table.markdown(tuple(rows)), header_size + rows_size, True))
+            rows, rows_size = [], 0
+        rows.append(row)
+        rows_size += row_size
+    if rows:
+        units.append((table.markdown(tuple(rows)), header_size + rows_size, True))
+    return units
+
+
 def _carry(units: list[tuple[str, int, bool]], count: int) -> list[tuple[str, int, bool]]:
-    """The last `count` sentences of a piece, as units starting a new paragraph."""
-    if count <= 0:
+    """The last `count` sentences of a piece, as units starting a new paragraph (none after a table: a row
+    carried alone would lose its header)."""
+    if count <= 0 or is_table_line(units[-1][0]):
         return []
     sentences: list[str] = []
     for text, _, _ in reversed(units):

@@ -35,6 +35,10 @@ _TEXTS: dict[str, dict[str, str]] = {
         ZH: "（完整的智慧助理目前無法使用，以下是說明中心文章裡的相關內容。）",
         EN: "(The full assistant is unavailable right now; here is what the help centre articles say.)",
     },
+    "other_language": {
+        ZH: "說明中心只有英文版的相關內容，以下照原文引用：",
+        EN: "The help centre has this only in Chinese; here is the passage as written:",
+    },
     "related": {ZH: "以下文章可能與您的問題有關：", EN: "These articles may be related to your question:"},
     "sources": {ZH: "資料來源：", EN: "Sources:"},
     "no_forms": {

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rag.retrieval.chunking import ChunkingConfig, text_units
 from rag.rules.terms import split_sentences
 from rag.state import RetrievedChunk
+from rag.text.tables import cells, read_table
 
 _SEPARATOR = ChunkingConfig().heading_separator
 _NOT_WORD_RE = re.compile(r"[\W_]+")
@@ -45,13 +46,15 @@ class Sentence:
     items: tuple[str, ...] = ()
     ordered: bool = False  # the announced list is numbered (steps)
     in_list: bool = False  # the sentence is (part of) a list item
+    row: str = ""  # the table row it is, as written (its text is the row's cells)
+    table: tuple[str, ...] = ()  # that table's header and separator lines
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
     """A paragraph (one text, its wrapped lines joined) or a list (each item whole), under a heading line."""
 
-    kind: str  # "paragraph" | "ordered" | "bullets"
+    kind: str  # "paragraph" | "ordered" | "bullets" | "table" (its lines, header and separator included)
     texts: tuple[str, ...]
     section: str = ""
 
@@ -63,6 +66,9 @@ def answer_sentences(chunk: RetrievedChunk) -> list[Sentence]:
     sentences: list[Sentence] = []
     blocks = passage_blocks(chunk.text, title=chunk.title, heading=chunk.heading)
     for index, block in enumerate(blocks):
+        if block.kind == "table":
+            sentences.extend(_row_sentences(block))
+            continue
         if block.kind != "paragraph":
             for item in block.texts:
                 sentences.extend(Sentence(text, block.section, in_list=True) for text in split_sentences(item))
@@ -77,6 +83,16 @@ def answer_sentences(chunk: RetrievedChunk) -> list[Sentence]:
             else:
                 sentences.append(Sentence(text, block.section))
     return sentences
+
+
+def _row_sentences(block: Block) -> list[Sentence]:
+    """A table's rows, each a sentence of its cells that carries its row and the table's header."""
+    table = read_table(list(block.texts))
+    return [
+        Sentence("；".join(cell for cell in cells(row) if cell), block.section, row=row, table=table.header)
+        for row in table.rows
+        if any(cells(row))
+    ]
 
 
 def announces_list(sentence: str) -> bool:
@@ -106,10 +122,13 @@ def passage_blocks(text: str, *, title: str, heading: str) -> list[Block]:
         if is_heading or line.startswith("#"):
             close()
             section = line.lstrip("#").strip()
-        elif not line or line.startswith(("|", "---", "![")):
+        elif line.startswith("|"):
+            if kind != "table":
+                close()
+                kind = "table"
+            texts.append(line)  # a table's lines, one block: the rows are read under their header
+        elif not line or line.startswith(("---", "![")):
             close()
-            if line.startswith("|"):
-                blocks.append(Block("paragraph", (line,), section))
         elif marker := _LIST_ITEM_RE.match(line):
             item_kind = "ordered" if marker.group().strip()[0].isdigit() else "bullets"
             if kind != item_kind:

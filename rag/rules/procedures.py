@@ -104,7 +104,7 @@ def _subsections(parent: RetrievedChunk, chunks: list[RetrievedChunk]) -> tuple[
 
 
 def _is_table(block: Block) -> bool:
-    return block.kind == "paragraph" and block.texts[0].startswith("|")
+    return block.kind == "table"
 
 
 def _ordinal(chunk_id: str) -> int:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 
 from rag.text.question_words import ZH_QUESTION_WORDS_RE as _ZH_FUNCTION_RE
+from rag.text.sentences import stop_ends_sentence
 from rag.text.tokenize import EN_STOPWORDS, normalize, tokenize
 
 _CJK_RUN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -107,11 +108,24 @@ def split_sentences(text: str, *, min_chars: int = 6) -> list[str]:
         line = _BOLD_LABEL_RE.sub(_label_colon, line)
         line = _MD_LINK_RE.sub(r"\1 (\2)", line)
         line = _MD_INLINE_RE.sub("", line).strip()
-        for piece in _SENTENCE_END_RE.split(line):
+        for piece in _sentence_pieces(line):
             piece = piece.strip()
             if len(piece) >= min_chars:
                 sentences.append(piece)
     return sentences
+
+
+def _sentence_pieces(line: str) -> list[str]:
+    """The line cut at its sentence ends; not after an abbreviation's stop ("ext. 88100", "Dr. Lin")."""
+    pieces: list[str] = []
+    start = 0
+    for match in _SENTENCE_END_RE.finditer(line):
+        if match.end() > match.start() and not stop_ends_sentence(line, match.start() - 1):
+            continue  # white space after a stop that shortens a word
+        pieces.append(line[start : match.start()])
+        start = match.end()
+    pieces.append(line[start:])
+    return pieces
 
 
 def _label_colon(match: re.Match[str]) -> str:

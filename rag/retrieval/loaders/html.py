@@ -54,6 +54,7 @@ class _PageText(HTMLParser):
         self._pre_depth = 0
         self._in_title = False
         self._heading: tuple[int, list[str]] | None = None
+        self._lists: list[int | None] = []  # the open lists, innermost last: an <ol>'s next number, None for <ul>
 
     # -- helpers
 
@@ -86,11 +87,18 @@ class _PageText(HTMLParser):
             self._main_depth += 1
         elif tag == "pre":
             self._pre_depth += 1
+        if tag in ("ol", "ul"):
+            start = attributes.get("start") or "1"
+            self._lists.append(int(start) if tag == "ol" and start.strip().isdigit() else None)
         heading = _HEADING_RE.match(tag)
         if heading:
             self._heading = (int(heading.group(1)), [])
         elif tag == "li":
-            self._emit("\n- ")
+            # an item of a numbered list keeps its number: a procedure's steps are read by their numbers
+            number = self._lists[-1] if self._lists else None
+            self._emit(f"\n{number}. " if number is not None else "\n- ")
+            if number is not None:
+                self._lists[-1] = number + 1
         elif tag in _LINE:
             self._emit("\n")
         elif tag in _CELL:
@@ -113,6 +121,8 @@ class _PageText(HTMLParser):
             self._main_depth -= 1
         elif tag == "pre" and self._pre_depth:
             self._pre_depth -= 1
+        elif tag in ("ol", "ul") and self._lists:
+            self._lists.pop()
         heading = _HEADING_RE.match(tag)
         if heading and self._heading is not None:
             level, parts = self._heading

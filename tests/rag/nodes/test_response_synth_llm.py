@@ -15,6 +15,7 @@ from rag.errors import UpstreamError
 from rag.nodes.response_synth import EVERY_TURN, WINDOW_FULL, ResponseSynth
 from rag.prompting.prompts import CataloguePrompts
 from rag.rules import messages
+from rag.state import RetrievedChunk
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory
 from tests.rag.nodes.support import answer_text, drain, history, make_state, make_writer
@@ -308,3 +309,31 @@ async def test_a_summary_that_gets_no_slot_in_time_keeps_the_offline_one_and_cou
         assert await state.summary_job() == state.new_summary
     assert (await sim.astats())["attempts"] == 0
     assert manager.stats()["auxiliary_skipped"] == {"summary": 1}
+
+
+FEES_ZH = RetrievedChunk(
+    chunk_id="zh-audit-fees#0",
+    doc_id="zh-audit-fees",
+    title="旁聽收費標準",
+    url="https://uni.example/zh-audit-fees",
+    text=(
+        "旁聽生依身分收費，每門課按學期計費。\n\n| 身分 | 每門課費用 | 備註 |\n| --- | --- | --- |\n"
+        "| 本校學生 | 免費 | 需經授課教師同意 |\n| 本校校友 | 1,000 元 | 需出示校友證 |\n"
+        "| 校外人士 | 2,500 元 | 需於開課前兩週申請 |\n| 高中生 | 500 元 | 需家長同意書 |"
+    ),
+    score=1.0,
+    language="zh-hant",
+)
+
+
+async def test_the_model_reads_the_row_asked_about_under_its_header(
+    make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    question = "校外人士旁聽一門課要多少錢？"
+    state = faq_state(normalized_question=question, language="zh-hant", retrieved=[FEES_ZH, PASSWORD_EN])
+    await synth(make_backend(), prompts, summary_when=WINDOW_FULL).run(state, make_writer()[0])
+    answer_request = (await sim.arequests())[0]["body"]
+    system = answer_request["messages"][0]["content"]
+    table = "| 身分 | 每門課費用 | 備註 |\n| --- | --- | --- |\n| 校外人士 | 2,500 元 | 需於開課前兩週申請 |"
+    assert f"[1] 旁聽收費標準 — 旁聽生依身分收費，每門課按學期計費。\n\n{table}" in system
+    assert "本校校友" not in system and "高中生" not in system

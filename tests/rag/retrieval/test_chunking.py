@@ -135,3 +135,20 @@ def test_the_units_counted_line_by_line_are_those_of_each_merged_text() -> None:
         assert len(groups) > len(texts)  # some documents have several groups
         for _, text, units in groups:
             assert units == text_units(text)
+
+
+def test_a_long_table_is_split_between_rows_and_every_piece_repeats_its_header() -> None:
+    header = ["| 身分 | 每門課費用 | 備註 |", "| --- | --- | --- |"]
+    rows = [f"| 身分{i} | {i * 100:,} 元 | 需於開課前兩週申請並附上證明文件 |" for i in range(60)]
+    text = "## 旁聽收費標準\n\n旁聽生依身分收費：\n" + "\n".join(header + rows) + "\n\n以上費用每學期調整一次。"
+    chunks = chunk_document(doc(text))
+    assert len(chunks) > 2
+    found: list[str] = []
+    for chunk in chunks:
+        lines = chunk.text.splitlines()
+        table = [line for line in lines if line.startswith("|")]
+        assert table[:2] == header  # each piece is a table of its own: header, separator, whole rows
+        assert all(line.count("|") == 4 for line in table)
+        found.extend(table[2:])
+    assert found == rows  # every row once, in order, none cut or carried over
+    assert "旁聽生依身分收費：" in chunks[0].text and "以上費用每學期調整一次。" in chunks[-1].text

@@ -166,7 +166,7 @@ def test_html_keeps_headings_and_visible_text_and_drops_scripts(tmp_path: Path) 
     text = document.text
     assert "# 如何重設密碼" in text.splitlines()
     assert "## 重設密碼步驟" in text.splitlines()
-    assert "- 在登入頁面點選「忘記密碼」。" in text
+    assert "1. 在登入頁面點選「忘記密碼」。" in text and "2. 開啟信件中的連結" in text  # an <ol> keeps its numbers
     assert "30 分鐘" in text
     assert "在線上重設" in text  # the source's line break inside Chinese text is wrapping, not a space
     assert "Tom & Jerry's guide" in text

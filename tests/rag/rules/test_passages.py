@@ -10,6 +10,7 @@ from rag.retrieval.markdown import load_markdown_dir
 from rag.rules.passages import answer_sentences, without_headings
 from rag.rules.terms import split_sentences
 from rag.state import RetrievedChunk
+from rag.text.tables import Table, is_table_line, read_table
 from tests.rag.chunk_fixtures import WITHDRAWAL_FAQ_ZH
 
 DEMO = Path(__file__).resolve().parents[3] / "rag" / "corpus" / "demo"
@@ -53,7 +54,31 @@ def test_every_demo_chunk_keeps_its_text_and_drops_its_headings(chunk, headings)
     assert not set(kept) & headings
     # every line's sentence is kept, whole or as the start of a sentence whose wrapped lines were joined to it
     everything = " ".join(kept)
-    assert all(s in everything for s in split_sentences(chunk.text) if s not in headings)
+    # a table's rows are sentences of their cells; its header line is not (it is given with a row, not alone)
+    prose = "\n".join(line for line in chunk.text.splitlines() if not is_table_line(line))
+    assert all(s in everything for s in split_sentences(prose) if s not in headings)
+    rows = [s for s in answer_sentences(chunk) if s.row]
+    assert [s.row for s in rows] == [row for table in tables_of(chunk.text) for row in table.rows]
+
+
+def tables_of(text: str) -> list[Table]:
+    runs: list[list[str]] = [[]]
+    for line in [*text.splitlines(), ""]:
+        if is_table_line(line):
+            runs[-1].append(line.strip())
+        elif runs[-1]:
+            runs.append([])
+    return [read_table(run) for run in runs if run]
+
+
+def test_a_table_row_is_a_sentence_of_its_cells_that_keeps_its_row_and_header():
+    text = "Fees by status.\n\n| Status | Fee |\n| --- | --- |\n| Alumni | NT$1,000 |\n| Guest \\| visitor | NT$2,500 |"
+    chunk = RetrievedChunk(chunk_id="t#0", doc_id="t", title="Fees", url="", score=1.0, text=text)
+    rows = [s for s in answer_sentences(chunk) if s.row]
+    assert [(s.text, s.row, s.table) for s in rows] == [
+        ("Alumni；NT$1,000", "| Alumni | NT$1,000 |", ("| Status | Fee |", "| --- | --- |")),
+        ("Guest | visitor；NT$2,500", "| Guest \\| visitor | NT$2,500 |", ("| Status | Fee |", "| --- | --- |")),
+    ]
 
 
 def test_a_numbered_heading_goes_and_a_list_of_short_items_stays():
