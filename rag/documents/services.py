@@ -11,14 +11,16 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from django.core.exceptions import SuspiciousFileOperation
 from django.db import OperationalError, connection, transaction
@@ -32,6 +34,8 @@ from rag.documents.models import (
     Job,
     JobRunnerHeartbeat,
     JobStatus,
+    Source,
+    SourceKind,
 )
 from rag.documents.sources import FORMATS, UPLOAD_SUFFIXES, PathNotAllowed, path_allowed, uploads_dir
 
@@ -403,3 +407,131 @@ class JobTracker:
         )
         values["heartbeat_at"] = values["finished_at"]
         db_retry(self.model.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update, **values)
+
+
+# --- sources ---------------------------------------------------------------------------------------------------
+
+
+class SourceInvalid(ValueError):
+    """A source that cannot be added as asked; the message says which field and why."""
+
+
+_WEB_KINDS = frozenset({SourceKind.WEBSITE, SourceKind.SITEMAP})
+
+
+def _http_url(value: str, field: str) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SourceInvalid(f"{field}: {value!r} is not an http(s) URL")
+    return value.strip()
+
+
+@retry_locked
+def source_create(
+    *,
+    name: str,
+    kind: str,
+    url: str = "",
+    folder: str = "",
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    max_pages: int = 1000,
+    every: timedelta | None = None,
+    base_url: str = "",
+    internal: bool = False,
+    rate: float = 2.0,
+    concurrency: int = 2,
+) -> Source:
+    """A new source, checked; with `every`, its first sync is due at once (the job runner queues it)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,99}", name or ""):
+        raise SourceInvalid(f"name: {name!r} must be lower-case letters, digits, '-' or '_' (at most 100)")
+    if kind not in SourceKind.values:
+        raise SourceInvalid(f"kind: {kind!r} is not one of {', '.join(SourceKind.values)}")
+    if kind in _WEB_KINDS:
+        url = _http_url(url, "url")
+    elif kind == SourceKind.FOLDER:
+        if not folder or not Path(folder).is_dir():
+            raise SourceInvalid(f"folder: {folder!r} is not a folder")
+        folder = str(Path(folder).resolve())
+    if base_url:
+        base_url = _http_url(base_url, "base_url")
+    if max_pages < 1:
+        raise SourceInvalid("max_pages must be at least 1")
+    if not 0 < rate <= 100:
+        raise SourceInvalid("rate must be above 0 and at most 100 requests per second")
+    if every is not None and every < timedelta(minutes=1):
+        raise SourceInvalid("every must be at least one minute")
+    if Source.objects.filter(name=name).exists():
+        raise SourceInvalid(f"name: a source named {name!r} exists already")
+    return Source.objects.create(
+        name=name,
+        kind=kind,
+        url=url,
+        folder=folder,
+        include=list(include),
+        exclude=list(exclude),
+        max_pages=max_pages,
+        every=every,
+        base_url=base_url,
+        internal=internal,
+        rate=rate,
+        concurrency=max(1, min(concurrency, 16)),
+        next_sync_at=timezone.now() if every is not None else None,
+    )
+
+
+def _source_active_job(source: Source) -> IndexJob | None:
+    return (
+        IndexJob.objects.filter(source=source, status__in=(JobStatus.PENDING, JobStatus.RUNNING))
+        .order_by("created_at")
+        .first()
+    )
+
+
+@retry_locked
+def source_sync_request(
+    *, source: Source, full: bool = False, remove: bool = False, created_by: Any = None, created_from: str = ""
+) -> IndexJob:
+    """The index job that syncs (or, with `remove`, removes) `source`: an existing pending or running one is
+    returned rather than a second queued, so a source is synced one job at a time however many ask."""
+    with transaction.atomic():
+        _serialize_claims()
+        active = _source_active_job(source)
+        if active is not None and not (remove and not active.remove_source):
+            return active
+        paths = [source.folder] if source.kind == SourceKind.FOLDER and source.folder else []
+        job = IndexJob.objects.create(
+            source=source,
+            source_name=source.name,
+            remove_source=remove,
+            paths=paths,
+            full=full,
+            created_by=created_by if getattr(created_by, "pk", None) else None,
+            created_from=created_from,
+        )
+        Source.objects.filter(pk=source.pk).update(last_job=job)
+    return job
+
+
+@retry_locked
+def sources_due_enqueue(*, now: datetime | None = None) -> list[IndexJob]:
+    """Queue a sync for every scheduled source whose time has come (the job runner calls this as it polls). The
+    schedule is the row's `next_sync_at`, moved on with a compare-and-set, so it survives restarts and two
+    runners never queue the same sync twice."""
+    now = now or timezone.now()
+    jobs: list[IndexJob] = []
+    due = Source.objects.filter(paused=False, every__isnull=False, next_sync_at__lte=now)
+    for source in due:
+        assert source.every is not None
+        moved = Source.objects.filter(pk=source.pk, next_sync_at=source.next_sync_at).update(
+            next_sync_at=now + source.every
+        )
+        if moved:
+            jobs.append(source_sync_request(source=source, created_from="schedule"))
+    return jobs
+
+
+@retry_locked
+def source_pause(*, source: Source, paused: bool) -> None:
+    next_sync = None if paused or source.every is None else timezone.now()
+    Source.objects.filter(pk=source.pk).update(paused=paused, next_sync_at=next_sync)

@@ -98,6 +98,9 @@ class LoadResult:
     skipped: list[LoadError] = field(default_factory=list)
     formats: dict[str, str] = field(default_factory=dict)  # doc_id -> format it was read as
     missing: list[Path] = field(default_factory=list)  # job paths that do not exist
+    # documents not read this time but kept as indexed: doc_id -> why ("" unchanged, e.g. a 304; else the reason it
+    # is kept stale, e.g. a first 404 or a fetch error)
+    kept: dict[str, str] = field(default_factory=dict)
 
 
 def _files(entry: Path, job_format: str) -> list[Path]:

@@ -43,6 +43,7 @@ __all__ = [
     "format_for_path",
     "html_to_text",
     "load_documents",
+    "load_file",
     "read_squad",
 ]
 
@@ -167,14 +168,30 @@ def load_documents(
     return documents
 
 
+def load_file(
+    file: Path, *, doc_id: str, format: str, errors: list[LoadError], language: str | None = None
+) -> list[Document]:
+    """The documents of one file read as `format` (a named format, not "auto"), its doc_id given by the caller (a
+    page fetched by a crawl keeps its URL's id, not the temporary file's name). Failures go to `errors`."""
+    return _load_one(file, doc_id=doc_id, file_format=format, language=language, errors=errors)
+
+
 def _load_file(file: Path, *, root: Path, format: str, language: str | None, errors: list[LoadError]) -> list[Document]:
     file_format = format if format != "auto" else format_for_path(file)
     if file_format is None:
         known = ", ".join(sorted(_BY_EXTENSION))
         errors.append(LoadError(file, f"unsupported file type {file.suffix or '(no extension)'!r} (known: {known})"))
         return []
+    return _load_one(
+        file, doc_id=_doc_id(file, root, file_format), file_format=file_format, language=language, errors=errors
+    )
+
+
+def _load_one(
+    file: Path, *, doc_id: str, file_format: str, language: str | None, errors: list[LoadError]
+) -> list[Document]:
     try:
-        loaded = _LOADERS[file_format](file, doc_id=_doc_id(file, root, file_format), language=language, errors=errors)
+        loaded = _LOADERS[file_format](file, doc_id=doc_id, language=language, errors=errors)
         # Kangxi radicals from a PDF, full-width letters...: what a reader sees, so what search and answers use
         return [
             replace(document, title=fold_compatibility(document.title), text=fold_compatibility(document.text))
