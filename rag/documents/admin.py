@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -21,13 +22,26 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import format_lazy
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from rag.documents.models import BackfillJob, Chunk, Document, DocumentStatus, IndexFormat, IndexJob, Job, JobStatus
+from rag.documents.models import (
+    BackfillJob,
+    Chunk,
+    Document,
+    DocumentStatus,
+    IndexFormat,
+    IndexJob,
+    Job,
+    JobStatus,
+    Source,
+    SourceKind,
+    SourcePage,
+)
 from rag.documents.services import (
     MAX_UPLOAD_BYTES,
     UploadRefused,
@@ -35,6 +49,8 @@ from rag.documents.services import (
     document_sources_delete,
     index_job_create,
     job_cancel,
+    source_pause,
+    source_sync_request,
     upload_save,
 )
 from rag.documents.sources import UPLOAD_SUFFIXES, PathNotAllowed, corpus_dir, path_allowed, uploads_dir
@@ -533,3 +549,151 @@ class BackfillJobAdmin(JobAdmin):
             "descriptions become searchable text of their chunk."
         )
         return self._form_page(request, form, title=_("Start a backfill"), intro=intro)
+
+
+# --- sources --------------------------------------------------------------------------------------------------
+
+
+class SourceForm(forms.ModelForm):
+    """What staff set on a source, checked as `source_create` checks it; a folder must be one the admin may
+    index (the corpus or uploads folder), the URL and base URL http(s)."""
+
+    class Meta:
+        model = Source
+        fields = (
+            "name",
+            "kind",
+            "url",
+            "folder",
+            "include",
+            "exclude",
+            "max_pages",
+            "every",
+            "base_url",
+            "internal",
+            "rate",
+            "concurrency",
+            "paused",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        kind = data.get("kind") or getattr(self.instance, "kind", "")
+        if kind in (SourceKind.WEBSITE, SourceKind.SITEMAP) and not _is_http(data.get("url", "")):
+            self.add_error("url", gettext("Give an http(s) URL."))
+        if kind == SourceKind.FOLDER:
+            try:
+                data["folder"] = str(path_allowed(data.get("folder", "")))
+            except PathNotAllowed as exc:
+                self.add_error("folder", str(exc))
+        if data.get("base_url") and not _is_http(data["base_url"]):
+            self.add_error("base_url", gettext("Give an http(s) URL."))
+        rate = data.get("rate")
+        if rate is not None and not 0 < rate <= 100:
+            self.add_error("rate", gettext("Between 0 and 100 requests per second."))
+        return data
+
+
+def _is_http(value: str) -> bool:
+    parts = urlsplit((value or "").strip())
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+class SourcePageInline(admin.TabularInline):
+    """The URLs the last sync could not index as they are (errors, 404s, refusals), with the reason."""
+
+    model = SourcePage
+    verbose_name_plural = _("pages with problems in the last sync")
+    fields = ("url", "outcome", "status_code", "detail", "gone_count", "fetched_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    max_num = 0
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SourcePage]:
+        return super().get_queryset(request).exclude(outcome__in=("fetched", "not_modified"))
+
+
+@admin.register(Source)
+class SourceAdmin(admin.ModelAdmin):
+    form = SourceForm
+    list_display = ("name", "kind", "where", "schedule", "last_sync_at", "next_sync_at", "last_outcome", "pages_n")
+    list_filter = ("kind", "paused")
+    search_fields = ("name", "url", "folder")
+    inlines = (SourcePageInline,)
+    actions = ("sync_now", "pause", "resume", "remove_sources")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Source]:
+        return super().get_queryset(request).select_related("last_job").annotate(pages_count=Count("pages"))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Source | None = None) -> tuple[str, ...]:
+        shown = ("last_sync_at", "next_sync_at", "last_job", "created_at")
+        # the name is the documents' id prefix and the kind decides how they are read: fixed once added
+        return ("name", "kind", *shown) if obj is not None else shown
+
+    def save_model(self, request: HttpRequest, obj: Source, form: Any, change: bool) -> None:
+        if obj.every is not None and not obj.paused and (not change or "every" in form.changed_data):
+            obj.next_sync_at = timezone.now()
+        super().save_model(request, obj, form, change)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # deleting the row alone would leave its documents searchable: the remove action goes through a job
+        return False
+
+    @admin.display(description=_("URL or folder"))
+    def where(self, obj: Source) -> str:
+        return obj.url or obj.folder
+
+    @admin.display(description=_("schedule"))
+    def schedule(self, obj: Source) -> str:
+        if obj.paused:
+            return gettext("paused")
+        return gettext("every %(every)s") % {"every": obj.every} if obj.every else gettext("on request")
+
+    @admin.display(description=_("last job"))
+    def last_outcome(self, obj: Source) -> str:
+        job = obj.last_job
+        if job is None:
+            return "-"
+        link = reverse("admin:rag_documents_indexjob_change", args=[job.pk])
+        return format_html('<a href="{}">#{} {}</a>', link, job.pk, job.get_status_display())
+
+    @admin.display(description=_("pages"), ordering="pages_count")
+    def pages_n(self, obj: Source) -> int:
+        return int(getattr(obj, "pages_count", 0))
+
+    def _check_jobs(self, request: HttpRequest) -> None:
+        if not request.user.has_perm("rag_documents.add_indexjob"):
+            raise PermissionDenied
+
+    @admin.action(description=_("Sync the selected sources now"))
+    def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        self._check_jobs(request)
+        jobs = [source_sync_request(source=s, created_by=request.user, created_from="admin") for s in queryset]
+        self.message_user(
+            request,
+            gettext("Queued: %(jobs)s.") % {"jobs": ", ".join(f"#{job.pk}" for job in jobs)},
+            messages.SUCCESS,
+        )
+
+    @admin.action(description=_("Pause the selected sources' schedules"))
+    def pause(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            source_pause(source=source, paused=True)
+
+    @admin.action(description=_("Resume the selected sources' schedules"))
+    def resume(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            source_pause(source=source, paused=False)
+
+    @admin.action(description=_("Remove the selected sources and their documents"))
+    def remove_sources(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        self._check_jobs(request)
+        jobs = [
+            source_sync_request(source=s, remove=True, created_by=request.user, created_from="admin") for s in queryset
+        ]
+        self.message_user(
+            request,
+            gettext("Removal queued: %(jobs)s.") % {"jobs": ", ".join(f"#{job.pk}" for job in jobs)},
+            messages.SUCCESS,
+        )
