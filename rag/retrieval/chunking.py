@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from rag.retrieval.markdown import Document
+from rag.retrieval.tables import canonical_tables, is_table, table_pieces
 
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
@@ -154,6 +155,11 @@ def split_long(text: str, config: ChunkingConfig, *, size: int | None = None) ->
         if size <= config.target_units:
             units.append((paragraph, size, True))
             continue
+        if is_table(paragraph):
+            # a long table is cut between rows, and every piece repeats the header line and separator
+            for piece in table_pieces(paragraph, target=config.target_units, units=text_units):
+                units.append((piece, text_units(piece), True))
+            continue
         first = True
         for sentence in split_sentences(paragraph):
             for piece in (
@@ -168,7 +174,8 @@ def split_long(text: str, config: ChunkingConfig, *, size: int | None = None) ->
         if current and size + unit[1] > config.target_units:
             pieces.append(_render(current))
             # carry the last sentence(s) over so an answer straddling the cut is whole in one piece
-            carry = _carry(current, config.overlap_sentences)
+            # (never after a table piece: its last row without the header would be a row nobody can read)
+            carry = [] if is_table(current[-1][0]) else _carry(current, config.overlap_sentences)
             # a long sentence is not worth repeating, and the overlap must never push a piece over the max
             if (
                 sum(c[1] for c in carry) > config.target_units // 3
@@ -267,7 +274,8 @@ def chunk_document(document: Document, config: ChunkingConfig | None = None) -> 
     """The document's chunks in reading order, ordinals from 0."""
     config = config or ChunkingConfig()
     chunks: list[Chunk] = []
-    for path, text, units in _merge_tiny(split_sections(document.text), config):
+    # Markdown pipe tables in the one format every loader writes (rag.retrieval.tables)
+    for path, text, units in _merge_tiny(split_sections(canonical_tables(document.text)), config):
         heading = config.heading_separator.join(path)
         # the title gives every chunk its article's topic, unless the first heading already says it
         context_parts = list(path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rag.retrieval.loaders.base import SkipFile, content_hash, decode_text, join_cjk_gaps, resolve_language
 from rag.retrieval.markdown import Document, LoadError
+from rag.retrieval.tables import render_table
 
 # elements whose content is never page text
 _DROPPED = frozenset(
@@ -54,6 +55,8 @@ class _PageText(HTMLParser):
         self._pre_depth = 0
         self._in_title = False
         self._heading: tuple[int, list[str]] | None = None
+        # tables being read (a nested table's text goes into the outer table's cell): rows of cells of pieces
+        self._tables: list[list[list[list[str]]]] = []
 
     # -- helpers
 
@@ -79,6 +82,8 @@ class _PageText(HTMLParser):
         if tag in _DROPPED or _hidden(attributes):
             if tag not in _VOID:
                 self._dropping.append([tag, 1])
+            return
+        if self._table_start(tag):
             return
         if tag == "title":
             self._in_title = not self.title
@@ -107,6 +112,8 @@ class _PageText(HTMLParser):
                 if depth <= 0:
                     self._dropping.pop()
             return
+        if self._table_end(tag):
+            return
         if tag == "title":
             self._in_title = False
         elif tag == "main" and self._main_depth:
@@ -132,6 +139,11 @@ class _PageText(HTMLParser):
         if self._in_title:
             self.title = _SPACE_RE.sub(" ", f"{self.title} {data}").strip()
             return
+        if self._tables:
+            table = self._tables[-1]
+            if table and table[-1]:
+                table[-1][-1].append(data)
+            return
         if self._heading is not None:
             self._heading[1].append(data)
             return
@@ -139,6 +151,47 @@ class _PageText(HTMLParser):
             self._emit(data)
             return
         self._emit(_SPACE_RE.sub(" ", _CJK_WRAP_RE.sub("", data)))
+
+    # -- tables: rendered in the one pipe-table format (rag.retrieval.tables) when they close
+
+    def _table_start(self, tag: str) -> bool:
+        """Whether a start tag was table business (or is inside a cell, where it is only a word break)."""
+        if tag == "table":
+            if self._tables and self._tables[-1] and self._tables[-1][-1]:
+                self._tables[-1][-1][-1].append(" ")  # a nested table is text in the outer cell
+            self._tables.append([])
+            return True
+        if not self._tables:
+            return False
+        table = self._tables[-1]
+        if tag == "tr":
+            table.append([])
+        elif tag in _CELL:
+            if not table:
+                table.append([])
+            table[-1].append([])
+        elif table and table[-1]:
+            table[-1][-1].append(" ")
+        return True
+
+    def _table_end(self, tag: str) -> bool:
+        if not self._tables:
+            return False
+        if tag != "table":
+            if self._tables[-1] and self._tables[-1][-1] and tag in _BLOCK | _LINE | _CELL:
+                self._tables[-1][-1][-1].append(" ")
+            return True
+        rows = self._tables.pop()
+        cells = [["".join(pieces) for pieces in row] for row in rows]
+        if self._tables:
+            outer = self._tables[-1]
+            if outer and outer[-1]:
+                outer[-1][-1].append(" ".join(" ".join(row) for row in cells))
+            return True
+        table = render_table([[join_cjk_gaps(cell) for cell in row] for row in cells])
+        if table:
+            self._emit(f"\n\n{table}\n\n")
+        return True
 
 
 def _hidden(attributes: dict[str, str | None]) -> bool:
