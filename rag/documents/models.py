@@ -165,6 +165,9 @@ class IndexFormat(models.TextChoices):
     HTML = "html", "HTML"
     PDF = "pdf", "PDF"
     SQUAD = "squad", "SQuAD JSON"
+    DOCX = "docx", "Word (.docx)"
+    XLSX = "xlsx", "Excel (.xlsx)"
+    PPTX = "pptx", "PowerPoint (.pptx)"
 
 
 class SourceKind(models.TextChoices):

@@ -25,7 +25,7 @@ from rag.retrieval.markdown import Document, FrontMatterError, LoadError, load_m
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "markdown", "text", "html", "pdf", "squad")
+FORMATS = ("auto", "markdown", "text", "html", "pdf", "squad", "docx", "xlsx", "pptx")
 SUFFIX_FORMATS = {
     ".md": "markdown",
     ".markdown": "markdown",
@@ -35,6 +35,9 @@ SUFFIX_FORMATS = {
     ".htm": "html",
     ".pdf": "pdf",
     ".json": "squad",
+    ".docx": "docx",
+    ".xlsx": "xlsx",
+    ".pptx": "pptx",
 }
 UPLOAD_SUFFIXES = frozenset(SUFFIX_FORMATS)
 UPLOADS_PREFIX = "uploads"
@@ -128,6 +131,10 @@ def screen_file(path: Path, fmt: str) -> str:
     if fmt == "pdf":
         if head.lstrip()[:5] != b"%PDF-":
             return "not a PDF file (no %PDF header): broken or mislabelled"
+        return ""
+    if fmt in ("docx", "xlsx", "pptx"):
+        if not head.startswith(b"PK\x03\x04"):
+            return f"not a .{fmt} file (not a zip archive): broken, encrypted or mislabelled"
         return ""
     if fmt in _TEXT_FORMATS or not fmt:
         if b"\x00" in head and not head.startswith(_BOMS):

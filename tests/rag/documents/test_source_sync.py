@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from rag.documents.indexing import index_job_execute
-from rag.documents.models import Document, DocumentStatus, IndexJob, JobStatus, Source, SourceKind, SourcePage
+from rag.documents.models import Chunk, Document, DocumentStatus, IndexJob, JobStatus, Source, SourceKind, SourcePage
 from rag.documents.services import (
     index_job_create,
     job_claim,
@@ -21,6 +22,7 @@ from rag.documents.services import (
 from rag.retrieval.store import VectorStore
 from tests.local_site import LocalSite, html, sitemap, sitemap_index
 from tests.rag.documents.conftest import CountingEmbedder, doc_ids_of
+from tests.rag.retrieval.test_office_loaders import write_docx, write_xlsx
 
 pytestmark = pytest.mark.django_db
 
@@ -202,3 +204,24 @@ def Page_text(text: str) -> Any:
     from tests.local_site import Page
 
     return Page(text.encode(), "text/plain")
+
+
+def test_a_folder_source_reads_office_files_and_links_them_by_base_url(
+    store: VectorStore, embedder: CountingEmbedder, tmp_path: Path
+) -> None:
+    folder = tmp_path / "shared"
+    (folder / "zh").mkdir(parents=True)
+    write_docx(folder / "zh" / "audit.docx")
+    write_xlsx(folder / "fees.xlsx")
+    source = source_create(
+        name="office", kind=SourceKind.FOLDER, folder=str(folder), base_url="https://help.example.edu/"
+    )
+    job = sync(store, embedder, source)
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    assert job.added == 2
+    audit = Document.objects.get(source__endswith="audit.docx")
+    assert audit.url == "https://help.example.edu/zh/audit.docx" and audit.source_format == "docx"
+    fees = Document.objects.get(source__endswith="fees.xlsx")
+    assert fees.url == "https://help.example.edu/fees.xlsx"
+    rows = Chunk.objects.filter(document=fees).values_list("text_preview", flat=True)
+    assert any("| Who | Fee |\n| --- | --- |\n| Students | free |" in text for text in rows)
