@@ -44,14 +44,15 @@ from rag.documents.models import (
 )
 from rag.documents.services import (
     MAX_UPLOAD_BYTES,
-    UploadRefused,
+    UploadBatch,
+    UploadItem,
     backfill_job_create,
     document_sources_delete,
     index_job_create,
     job_cancel,
     source_pause,
     source_sync_request,
-    upload_save,
+    uploads_save,
 )
 from rag.documents.sources import UPLOAD_SUFFIXES, PathNotAllowed, corpus_dir, path_allowed, uploads_dir
 
@@ -77,20 +78,53 @@ class MultipleFileField(forms.FileField):
         return [single(data, initial)]
 
 
+class FolderInput(MultipleFileInput):
+    """A file input that picks a whole folder (its files keep their relative paths, see upload.js)."""
+
+    def __init__(self) -> None:
+        super().__init__(attrs={"webkitdirectory": "", "directory": ""})
+
+
 class UploadForm(forms.Form):
     # The form's metaclass moves declared fields off the class, so this does not shadow `BaseForm.files` (the
     # uploaded files) at run time; the stubs see a class attribute.
     files = MultipleFileField(  # type: ignore[assignment]
         label=_("Files"),
+        required=False,
         help_text=format_lazy(
             _(
-                "Markdown, text, HTML, PDF or SQuAD JSON; at most {megabytes} MB each. A file with the name of an "
-                "earlier upload replaces it."
+                "Markdown, text, HTML, PDF, Word, Excel, PowerPoint or SQuAD JSON; at most {megabytes} MB each. A "
+                "file with the path of an earlier upload replaces it."
             ),
             megabytes=MAX_UPLOAD_BYTES // (1024 * 1024),
         ),
     )
+    folder = MultipleFileField(
+        label=_("Folder"),
+        required=False,
+        widget=FolderInput(),
+        help_text=_("A whole folder: its files keep their folder paths (en/fees.html and zh/fees.html stay two)."),
+    )
+    relative_paths = forms.CharField(required=False, widget=forms.HiddenInput)
     index_now = forms.BooleanField(required=False, initial=True, label=_("Start an index job for these files"))
+
+    class Media:
+        js = ("rag_documents/upload.js",)
+
+    def items(self) -> list[UploadItem]:
+        """The uploaded files with their relative paths (sent by upload.js in the files' order)."""
+        uploads = [*(self.cleaned_data.get("files") or []), *(self.cleaned_data.get("folder") or [])]
+        uploads = [upload for upload in uploads if upload is not None]
+        try:
+            paths = json.loads(self.cleaned_data.get("relative_paths") or "[]")
+        except ValueError:
+            paths = []
+        if not isinstance(paths, list) or len(paths) != len(uploads):
+            paths = [""] * len(uploads)
+        return [
+            UploadItem(name=upload.name, relative_path=str(path or ""), chunks=upload.chunks())
+            for upload, path in zip(uploads, paths, strict=True)
+        ]
 
 
 class ReindexForm(forms.Form):
@@ -249,33 +283,36 @@ class DocumentAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/rag_documents/document/delete_confirmation.html", context)
 
+    def _uploaded(self, request: HttpRequest, batch: UploadBatch, *, index_now: bool) -> HttpResponse:
+        names = ", ".join(
+            (gettext("added %(path)s") if o.outcome == "added" else gettext("updated %(path)s")) % {"path": o.path}
+            for o in batch.outcomes
+        )
+        if not index_now:
+            uploaded = gettext("Uploaded %(names)s into %(folder)s.") % {"names": names, "folder": uploads_dir()}
+            self.message_user(request, uploaded, messages.SUCCESS)
+            return HttpResponseRedirect(reverse("admin:rag_documents_document_changelist"))
+        job = index_job_create(paths=batch.saved, created_by=request.user, created_from="admin")
+        uploaded = gettext("Uploaded %(names)s; index job #%(job)d indexes them.") % {"names": names, "job": job.pk}
+        self.message_user(request, uploaded, messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+
     def upload_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request) or not request.user.has_perm("rag_documents.add_indexjob"):
             raise PermissionDenied
         form = UploadForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
-            saved = []
-            try:
-                for upload in form.cleaned_data["files"]:
-                    saved.append(upload_save(name=upload.name, chunks=upload.chunks()))
-            except UploadRefused as exc:
-                form.add_error("files", str(exc))
+            items = form.items()
+            batch = uploads_save(items=items) if items else None
+            if batch is None:
+                form.add_error("files", gettext("Choose files or a folder to upload."))
+            elif batch.refused:
+                # nothing was saved: say which files and why
+                for refused in batch.refused:
+                    form.add_error("files", f"{refused.path}: {refused.reason}")
+                form.add_error(None, gettext("Nothing was saved: fix or leave out the files named below."))
             else:
-                names = ", ".join(p.name for p in saved)
-                if not form.cleaned_data["index_now"]:
-                    uploaded = gettext("Uploaded %(names)s into %(folder)s.") % {
-                        "names": names,
-                        "folder": uploads_dir(),
-                    }
-                    self.message_user(request, uploaded, messages.SUCCESS)
-                    return HttpResponseRedirect(reverse("admin:rag_documents_document_changelist"))
-                job = index_job_create(paths=saved, created_by=request.user, created_from="admin")
-                uploaded = gettext("Uploaded %(names)s; index job #%(job)d indexes them.") % {
-                    "names": names,
-                    "job": job.pk,
-                }
-                self.message_user(request, uploaded, messages.SUCCESS)
-                return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+                return self._uploaded(request, batch, index_now=form.cleaned_data["index_now"])
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -37,7 +38,15 @@ from rag.documents.models import (
     Source,
     SourceKind,
 )
-from rag.documents.sources import FORMATS, UPLOAD_SUFFIXES, PathNotAllowed, path_allowed, uploads_dir
+from rag.documents.sources import (
+    FORMATS,
+    UPLOAD_SUFFIXES,
+    PathNotAllowed,
+    format_of,
+    path_allowed,
+    screen_file,
+    uploads_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -535,3 +544,134 @@ def sources_due_enqueue(*, now: datetime | None = None) -> list[IndexJob]:
 def source_pause(*, source: Source, paused: bool) -> None:
     next_sync = None if paused or source.every is None else timezone.now()
     Source.objects.filter(pk=source.pk).update(paused=paused, next_sync_at=next_sync)
+
+
+# --- upload batches --------------------------------------------------------------------------------------------
+
+MAX_UPLOAD_PATH_CHARS = 300
+MAX_UPLOAD_PART_CHARS = 120
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class UploadItem:
+    """One uploaded file: its name as sent, the relative path inside a folder upload ("" for a plain file), and
+    its content in pieces."""
+
+    name: str
+    relative_path: str
+    chunks: Iterable[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class UploadOutcome:
+    path: str  # relative to the uploads folder ("en/fees.html"), or the name as sent when it was refused
+    outcome: str  # "added", "updated" or "refused"
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class UploadBatch:
+    outcomes: list[UploadOutcome] = field(default_factory=list)
+    saved: list[Path] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[UploadOutcome]:
+        return [o for o in self.outcomes if o.outcome == "refused"]
+
+
+def upload_relative_path(raw: str) -> str:
+    """A safe path inside the uploads folder for an uploaded file's (relative) name, or UploadRefused naming why:
+    no absolute path, no `..`, no control characters, no hidden parts, bounded lengths, a known extension."""
+    if not raw or not raw.strip():
+        raise UploadRefused("an empty file name")
+    if _CONTROL_RE.search(raw):
+        raise UploadRefused(f"{raw!r}: control characters in the name")
+    text = raw.replace("\\", "/").strip()
+    if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
+        raise UploadRefused(f"{raw!r}: an absolute path")
+    parts = [part.strip() for part in text.split("/") if part.strip() not in ("", ".")]
+    if not parts:
+        raise UploadRefused(f"{raw!r} is not a usable file name")
+    if any(part == ".." for part in parts):
+        raise UploadRefused(f"{raw!r}: '..' in the path")
+    if any(part.startswith(".") for part in parts):
+        raise UploadRefused(f"{raw!r}: a hidden file or folder (its name starts with '.')")
+    if any(len(part) > MAX_UPLOAD_PART_CHARS for part in parts) or len("/".join(parts)) > MAX_UPLOAD_PATH_CHARS:
+        raise UploadRefused(
+            f"{raw[:60]!r}...: names are at most {MAX_UPLOAD_PART_CHARS} characters a folder or file and "
+            f"{MAX_UPLOAD_PATH_CHARS} in all"
+        )
+    suffix = Path(parts[-1]).suffix.lower()
+    if suffix not in UPLOAD_SUFFIXES or not Path(parts[-1]).stem:
+        raise UploadRefused(f"{raw}: only {', '.join(sorted(UPLOAD_SUFFIXES))} files can be indexed")
+    return "/".join(parts)
+
+
+def _upload_check(relative: str, partial: Path) -> str:
+    """Why a written upload cannot be indexed ("" when it can): the loaders read it as the index job will."""
+    fmt = format_of(relative)
+    reason = screen_file(partial, fmt)
+    if reason:
+        return reason
+    errors: list[Any] = []
+    try:
+        from rag.retrieval.loaders import load_file  # optional package (see rag.documents.sources)
+    except ImportError:
+        return ""
+    documents = load_file(partial, doc_id=relative, format=fmt, errors=errors)
+    if not documents:
+        return str(getattr(errors[0], "reason", errors[0])) if errors else "no document in the file"
+    return ""
+
+
+def uploads_save(*, items: Sequence[UploadItem], max_bytes: int = MAX_UPLOAD_BYTES) -> UploadBatch:
+    """Save a batch of uploads, all or nothing: every file's path is checked and every file written aside and
+    read as the index job will read it before any is put in place; one refused file leaves the uploads folder as
+    it was, and the batch says which file and why. A path that exists already is an update."""
+    folder = uploads_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = UploadBatch()
+    staged: list[tuple[str, Path]] = []
+    seen: set[str] = set()
+    try:
+        for item in items:
+            try:
+                relative = upload_relative_path(item.relative_path or item.name)
+                if relative.lower() in seen:
+                    raise UploadRefused(f"{relative}: the batch holds this path twice")
+                seen.add(relative.lower())
+                partial = folder / f".upload-{uuid.uuid4().hex}.part"
+                staged.append((relative, partial))
+                _write_bounded(partial, item.chunks, max_bytes=max_bytes, name=relative)
+                reason = _upload_check(relative, partial)
+                if reason:
+                    raise UploadRefused(reason)
+            except UploadRefused as exc:
+                batch.outcomes.append(UploadOutcome(item.relative_path or item.name, "refused", str(exc)))
+                continue
+            exists = (folder / relative).exists()
+            batch.outcomes.append(UploadOutcome(relative, "updated" if exists else "added"))
+        if batch.refused:
+            return batch
+        for relative, partial in staged:
+            target = (folder / relative).resolve()
+            if not target.is_relative_to(folder.resolve()):  # a symbolic link inside the folder pointing out
+                raise UploadRefused(f"{relative}: outside the uploads folder")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial.replace(target)
+            batch.saved.append(target)
+        return batch
+    finally:
+        for _, partial in staged:
+            partial.unlink(missing_ok=True)
+
+
+def _write_bounded(partial: Path, chunks: Iterable[bytes], *, max_bytes: int, name: str) -> None:
+    size = 0
+    with partial.open("wb") as handle:
+        for chunk in chunks:
+            size += len(chunk)
+            if size > max_bytes:
+                raise UploadRefused(f"{name}: larger than {max_bytes // (1024 * 1024)} MB")
+            handle.write(chunk)

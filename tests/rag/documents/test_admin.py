@@ -74,7 +74,7 @@ def test_upload_saves_into_the_uploads_folder_and_starts_an_index_job(staff: Cli
     job = IndexJob.objects.get()
     assert response["Location"] == f"/admin/rag_documents/indexjob/{job.pk}/change/"
     saved = sorted(p.name for p in uploads_dir().iterdir())
-    assert saved == ["faq_one.md", "notes.txt"]
+    assert saved == ["faq one.md", "notes.txt"]
     assert sorted(Path(p).name for p in job.paths) == saved
     assert (job.created_from, job.created_by.get_username()) == ("admin", "admin")  # type: ignore[union-attr]
 
