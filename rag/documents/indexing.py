@@ -54,6 +54,7 @@ from rag.retrieval.indexer import (
 from rag.retrieval.markdown import Document as SourceDocument
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import VectorStore
+from rag.text.links import http_link
 
 logger = logging.getLogger(__name__)
 
@@ -559,7 +560,7 @@ def _fill_from_source(row: Document, document: SourceDocument, fmt: str) -> None
     row.source = document.source_path[:1000]
     row.source_format = fmt or format_of(document.source_path)
     row.title = document.title[:500]
-    row.url = document.url[:1000]
+    row.url = http_link(document.url)
     row.language = document.language
     row.tags = list(document.tags)
     row.kind = document.kind
@@ -572,7 +573,7 @@ def _fill_from_payload(row: Document, payload: Mapping[str, object]) -> None:
     row.source = str(payload.get("source", "") or "")[:1000]
     row.source_format = format_of(row.source)
     row.title = str(payload.get("title", "") or row.doc_id)[:500]
-    row.url = str(payload.get("url", "") or "")[:1000]
+    row.url = http_link(payload.get("url", ""))
     row.language = str(payload.get("language", "") or "")
     tags = payload.get("tags")
     row.tags = [str(t) for t in tags] if isinstance(tags, list) else []
