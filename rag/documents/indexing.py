@@ -466,6 +466,7 @@ def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, repo
         created = row is None
         if row is None:
             row = Document(doc_id=doc_id)
+        before = None if created else _row_state(row)
         source = sources.get(doc_id)
         if source is not None:
             _fill_from_source(row, source, loaded.formats.get(doc_id, ""))
@@ -482,7 +483,12 @@ def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, repo
             row.last_job = job
         if created or doc_id in rewritten or chunk_counts.get(doc_id) != len(chunks):
             refill.add(doc_id)
-        (to_create if created else to_update).append(row)
+        if created:
+            to_create.append(row)
+        elif _row_state(row) != before:
+            # an unchanged row is not written: a re-sync where nothing changed writes no document row
+            row.updated_at = now
+            to_update.append(row)
     for doc_id in plan.deleted:
         row = rows.get(doc_id)
         if row is not None:
@@ -528,6 +534,16 @@ def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, repo
         [_chunk_row(ids[doc_id], chunk) for doc_id in refill for chunk in report.chunks_by_doc[doc_id]],
         batch_size=500,
     )
+
+
+_ROW_FIELDS = (
+    "source", "source_format", "title", "url", "language", "tags", "kind", "form_id", "form_file",
+    "content_hash", "chunk_count", "status", "status_detail", "indexed_at", "last_job_id",
+)  # fmt: skip
+
+
+def _row_state(row: Document) -> tuple[Any, ...]:
+    return tuple(getattr(row, name) for name in _ROW_FIELDS)
 
 
 def _batches(items: list[Any], size: int = 500) -> Iterable[list[Any]]:

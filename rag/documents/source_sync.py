@@ -239,21 +239,23 @@ def source_pages_save(*, source: Source, pages: list[PageState]) -> None:
     and that left the index are forgotten."""
     now = timezone.now()
     existing = {page.url: page for page in SourcePage.objects.filter(source=source)}
+    # one statement says every page was checked now; only pages whose state changed are rewritten
+    SourcePage.objects.filter(source=source).update(fetched_at=now)
     create: list[SourcePage] = []
     update: list[SourcePage] = []
     for state in pages:
         row = existing.get(state.url) or SourcePage(source=source, url=state.url[:2000])
+        before = tuple(getattr(row, name) for name in _PAGE_FIELDS[:-1])
         row.doc_id = state.doc_id
         row.etag, row.last_modified = state.etag[:500], state.last_modified[:100]
         row.content_hash, row.status_code, row.outcome = state.content_hash, state.status, state.outcome
         row.detail, row.gone_count, row.fetched_at = state.detail[:500], state.gone_count, now
-        (update if row.pk else create).append(row)
+        if not row.pk:
+            create.append(row)
+        elif tuple(getattr(row, name) for name in _PAGE_FIELDS[:-1]) != before:
+            update.append(row)
     SourcePage.objects.bulk_create(create, batch_size=500)
-    SourcePage.objects.bulk_update(
-        update,
-        _PAGE_FIELDS,
-        batch_size=500,
-    )
+    SourcePage.objects.bulk_update(update, _PAGE_FIELDS, batch_size=500)
     # a page gone twice (or excluded) is out of the index: nothing to ask for again
     SourcePage.objects.filter(source=source, gone_count__gte=2).delete()
     SourcePage.objects.filter(source=source, outcome__in=("excluded", "duplicate")).delete()

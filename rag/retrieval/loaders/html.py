@@ -41,6 +41,9 @@ _CJK_CHAR = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 # a line break in the source between two CJK characters is wrapping, not a space (CSS Text 3 does the same)
 _CJK_WRAP_RE = re.compile(rf"(?<=[{_CJK_CHAR}])[ \t]*[\r\n]+[ \t]*(?=[{_CJK_CHAR}])")
 _BLANK_LINES_RE = re.compile(r"\n{3,}")
+# around the content of a page without <main>: the site's header, footer, sidebars, banners and breadcrumbs
+_FURNITURE = frozenset({"header", "footer", "aside"})
+_FURNITURE_NAME_RE = re.compile(r"\b(cookie\w*|breadcrumbs?|crumbs|sidebar|banner|skip-link|site-header|site-footer)\b")
 
 
 class _PageText(HTMLParser):
@@ -50,6 +53,8 @@ class _PageText(HTMLParser):
         self.first_h1 = ""
         self._all: list[str] = []  # the whole page's text pieces
         self._main: list[str] = []  # the pieces inside <main>, when the page has one
+        self._body: list[str] = []  # the pieces outside site furniture (header, footer, aside, cookie banners)
+        self._furniture: list[list[str | int]] = []  # [tag, nesting depth] of furniture elements still open
         self._dropping: list[list[str | int]] = []  # [tag, nesting depth] of dropped elements still open
         self._main_depth = 0
         self._pre_depth = 0
@@ -64,9 +69,12 @@ class _PageText(HTMLParser):
         self._all.append(piece)
         if self._main_depth:
             self._main.append(piece)
+        elif not self._furniture:
+            self._body.append(piece)
 
     def text(self) -> str:
-        pieces = self._main if "".join(self._main).strip() else self._all
+        # <main> when the page marks it; else the page without its furniture; else all of it
+        pieces = next((p for p in (self._main, self._body) if "".join(p).strip()), self._all)
         lines = [line.strip() for line in "".join(pieces).split("\n")]
         return _BLANK_LINES_RE.sub("\n\n", "\n".join(lines)).strip()
 
@@ -83,6 +91,7 @@ class _PageText(HTMLParser):
             if tag not in _VOID:
                 self._dropping.append([tag, 1])
             return
+        self._furniture_start(tag, attributes)
         if self._table_start(tag):
             return
         if tag == "title":
@@ -112,6 +121,7 @@ class _PageText(HTMLParser):
                 if depth <= 0:
                     self._dropping.pop()
             return
+        self._furniture_end(tag)
         if self._table_end(tag):
             return
         if tag == "title":
@@ -151,6 +161,27 @@ class _PageText(HTMLParser):
             self._emit(data)
             return
         self._emit(_SPACE_RE.sub(" ", _CJK_WRAP_RE.sub("", data)))
+
+    # -- site furniture outside <main>: left out of a page that does not mark its main content
+
+    def _furniture_start(self, tag: str, attributes: dict[str, str | None]) -> None:
+        if self._main_depth or tag in _VOID:
+            return
+        if self._furniture:
+            top = self._furniture[-1]
+            if tag == top[0]:
+                top[1] = int(top[1]) + 1
+            return
+        names = f"{attributes.get('class') or ''} {attributes.get('id') or ''}".lower()
+        if tag in _FURNITURE or _FURNITURE_NAME_RE.search(names):
+            self._furniture.append([tag, 1])
+
+    def _furniture_end(self, tag: str) -> None:
+        if self._furniture and tag == self._furniture[-1][0]:
+            top = self._furniture[-1]
+            top[1] = int(top[1]) - 1
+            if int(top[1]) <= 0:
+                self._furniture.pop()
 
     # -- tables: rendered in the one pipe-table format (rag.retrieval.tables) when they close
 
