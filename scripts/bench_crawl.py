@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def page_html(number: int, total: int, *, edition: int = 0) -> str:
-    links = " ".join(f'<a href="/p/{(number * 7 + k) % total}.html">page {(number * 7 + k) % total}</a>' for k in range(10))
+    targets = [(number * 7 + k) % total for k in range(10)]
+    links = " ".join(f'<a href="/p/{target}.html">page {target}</a>' for target in targets)
     rows = "".join(f"<tr><td>Group {g}</td><td>NT$ {1000 + number + g}</td></tr>" for g in range(4))
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>Help topic {number}</title></head><body>"

@@ -63,7 +63,11 @@ def table(rows: tuple[tuple[str, ...], ...], *, th: bool = True) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-FEES_ZH = (("身分", "每學分費用", "備註"), ("本校學生", "免費", "需導師同意"), ("校外人士", "新台幣 2,000 元", "含講義"))
+FEES_ZH = (
+    ("身分", "每學分費用", "備註"),
+    ("本校學生", "免費", "需導師同意"),
+    ("校外人士", "新台幣 2,000 元", "含講義"),
+)
 FEES_EN = (("Who", "Fee per credit"), ("Students", "free"), ("Visitors", "NT$ 2,000"), ("Alumni", "NT$ 1,000"))
 
 
