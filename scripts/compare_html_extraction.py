@@ -36,12 +36,15 @@ BOILER = [
 ]
 
 
+Rows = tuple[tuple[str, ...], ...]
+
+
 @dataclass(frozen=True)
 class HelpPage:
     name: str
     html: str
     content: tuple[str, ...]
-    tables: tuple[tuple[str, ...], ...] = ()  # rows of cell texts, the header first
+    tables: tuple[Rows, ...] = ()  # each table's rows of cell texts, the header first
 
 
 def chrome(body: str, *, main: str = "main", lang: str = "en", title: str = "Help") -> str:
@@ -57,18 +60,18 @@ def chrome(body: str, *, main: str = "main", lang: str = "en", title: str = "Hel
     )
 
 
-def table(rows: tuple[tuple[str, ...], ...], *, th: bool = True) -> str:
+def table(rows: Rows, *, th: bool = True) -> str:
     head = "".join(f"<th>{c}</th>" if th else f"<td>{c}</td>" for c in rows[0])
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows[1:])
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-FEES_ZH = (
+FEES_ZH: Rows = (
     ("身分", "每學分費用", "備註"),
     ("本校學生", "免費", "需導師同意"),
     ("校外人士", "新台幣 2,000 元", "含講義"),
 )
-FEES_EN = (("Who", "Fee per credit"), ("Students", "free"), ("Visitors", "NT$ 2,000"), ("Alumni", "NT$ 1,000"))
+FEES_EN: Rows = (("Who", "Fee per credit"), ("Students", "free"), ("Visitors", "NT$ 2,000"), ("Alumni", "NT$ 1,000"))
 
 
 def pages() -> list[HelpPage]:
@@ -134,7 +137,7 @@ def squash(text: str) -> str:
     return "".join(text.split())
 
 
-def table_whole(text: str, rows: tuple[tuple[str, ...], ...]) -> bool:
+def table_whole(text: str, rows: Rows) -> bool:
     lines = [squash(line) for line in text.splitlines()]
     wanted = ["|" + "|".join(squash(c) for c in row) + "|" for row in rows]
     try:

@@ -235,10 +235,21 @@ class DocumentAdmin(admin.ModelAdmin):
     def reindex_sources(self, request: HttpRequest, queryset: QuerySet[Document]) -> HttpResponse | None:
         paths: list[str] = []
         for source in sorted(set(queryset.values_list("source", flat=True))):
+            if "://" in source:
+                continue  # a page of a website source, not a file
             try:
                 paths.append(str(path_allowed(source)))
             except PathNotAllowed:
                 continue
+        # a website page is re-read from the site: its source is synced (one job per source)
+        names = {doc_id.split("/")[1] for doc_id in queryset.values_list("doc_id", flat=True) if doc_id.count("/") > 1}
+        synced = [
+            source_sync_request(source=source, created_by=request.user, created_from="admin")
+            for source in Source.objects.filter(name__in=names, kind__in=(SourceKind.WEBSITE, SourceKind.SITEMAP))
+            if queryset.filter(doc_id__startswith=f"web/{source.name}/").exists()
+        ]
+        if synced and not paths:
+            return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[synced[0].pk]))
         if not paths:
             self.message_user(
                 request, gettext("None of the selected documents has a source in an indexable folder."), messages.ERROR

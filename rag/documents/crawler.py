@@ -328,15 +328,15 @@ class Crawler:
             response, _, body = await self._get(url, {}, max_bytes=512 * 1024)
         except (httpx.HTTPError, TimeoutError, ValueError) as exc:
             # unreachable robots.txt: RFC 9309 says assume complete disallow
-            parser.disallow_all = True
+            parser.parse(["User-agent: *", "Disallow: /"])
             self.summary.robots = f"unreachable ({type(exc).__name__}): nothing crawled"
             self.robots = parser
             return
         if response.status_code >= 500:
-            parser.disallow_all = True
+            parser.parse(["User-agent: *", "Disallow: /"])
             self.summary.robots = f"answered {response.status_code}: nothing crawled"
         elif response.status_code >= 400:
-            parser.allow_all = True
+            parser.parse([])  # no rules: everything allowed
             self.summary.robots = f"none ({response.status_code})"
         else:
             parser.parse(body.decode("utf-8", errors="replace").splitlines())
@@ -351,7 +351,8 @@ class Crawler:
 
     async def _sitemap_urls(self, start: str) -> list[str]:
         pages: list[str] = []
-        pending, done = [start], set()
+        pending: list[str] = [start]
+        done: set[str] = set()
         while pending and len(done) < _MAX_SITEMAPS:
             url = pending.pop(0)
             if url in done or not self._same_site(url):

@@ -371,6 +371,8 @@ def _plan(
         owns=owns,
     )
     if not loaded.documents and not plan.deleted and not (owns is not None and loaded.kept):
+        if owns is not None:
+            raise JobFailed("the source gave no page that could be indexed; the log lists each URL and why")
         if len(loaded.missing) == len(scope):
             raise JobFailed(f"no such file or folder: {', '.join(map(str, scope))}")
         raise JobFailed(f"no documents to index in {', '.join(map(str, scope))}")

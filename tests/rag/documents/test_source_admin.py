@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from rag.documents.models import IndexJob, JobStatus, Source, SourceKind, SourcePage
+from rag.documents.models import Document, IndexJob, JobStatus, Source, SourceKind, SourcePage
 from rag.documents.services import source_create
 
 pytestmark = pytest.mark.django_db
@@ -59,3 +59,17 @@ def test_list_shows_problems_and_sync_now_queues_one_job(staff: Client) -> None:
     staff.post(changelist, {"action": "pause", "_selected_action": [source.pk]})
     source.refresh_from_db()
     assert source.paused and source.next_sync_at is None
+
+
+def test_reindexing_a_website_page_syncs_its_source(staff: Client) -> None:
+
+    source = source_create(name="help", kind=SourceKind.SITEMAP, url="https://help.example/sitemap.xml")
+    page = Document.objects.create(
+        doc_id="web/help/fees.html", title="Fees", language="en", source="https://help.example/fees.html"
+    )
+    done = staff.post(
+        reverse("admin:rag_documents_document_changelist"),
+        {"action": "reindex_sources", "_selected_action": [page.pk]},
+    )
+    job = IndexJob.objects.get(source=source)
+    assert done.status_code == 302 and done["Location"].endswith(f"/indexjob/{job.pk}/change/")

@@ -225,3 +225,13 @@ def test_a_folder_source_reads_office_files_and_links_them_by_base_url(
     assert fees.url == "https://help.example.edu/fees.xlsx"
     rows = Chunk.objects.filter(document=fees).values_list("text_preview", flat=True)
     assert any("| Who | Fee |\n| --- | --- |\n| Students | free |" in text for text in rows)
+
+
+def test_a_robots_txt_that_answers_503_means_nothing_is_crawled(
+    store: VectorStore, embedder: CountingEmbedder, site: LocalSite
+) -> None:
+    site.status["/robots.txt"] = 503
+    source = source_create(name="help", kind=SourceKind.SITEMAP, url=site.url("/sitemap.xml"), internal=True, rate=50)
+    job = sync(store, embedder, source)
+    assert job.status == JobStatus.FAILED and "no page that could be indexed" in job.error
+    assert "disallowed by robots.txt" in job.log and site.hits["/fees.html"] == 0
