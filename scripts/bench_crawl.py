@@ -57,7 +57,7 @@ def serve(folder: Path, port: int) -> None:
     from tests.local_site import LocalSite, Page
 
     class FolderSite(LocalSite):
-        def answer(self, handler):  # type: ignore[no-untyped-def]
+        def answer(self, handler):
             file = folder / handler.path.lstrip("/")
             if file.is_file():
                 kind = "application/xml" if file.suffix == ".xml" else "text/html; charset=utf-8"

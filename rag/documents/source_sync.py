@@ -52,8 +52,8 @@ _CONTENT_TYPES = {
 }
 _SUFFIXES = {"html": ".html", "text": ".txt", "markdown": ".md", "pdf": ".pdf", "docx": ".docx", "xlsx": ".xlsx"}
 _SUFFIXES["pptx"] = ".pptx"
-_PAGE_FIELDS = ("doc_id", "etag", "last_modified", "content_hash", "status_code", "outcome", "detail", "gone_count")
-_PAGE_FIELDS += ("fetched_at",)
+_PAGE_FIELDS: tuple[str, ...] = ("doc_id", "etag", "last_modified", "content_hash", "status_code", "outcome")
+_PAGE_FIELDS += ("detail", "gone_count", "fetched_at")
 
 
 def source_prefix(name: str) -> str:

@@ -36,7 +36,7 @@ def test_a_stored_payload_link_is_checked_when_read_and_when_sent() -> None:
     hit = StoreHit(point_id="p", score=1.0, payload={"doc_id": "x", "url": "javascript:alert(1)", "text": "t"})
     assert to_chunk(hit).url == ""
     summary = {"sources": [{"ref": 1, "url": "javascript:alert(1)"}, {"ref": 2, "url": "https://a.example/"}]}
-    assert sources_of(summary)["citations"] == ["", "https://a.example/"]  # type: ignore[arg-type]
+    assert sources_of(summary)["citations"] == ["", "https://a.example/"]
 
 
 def test_the_cache_admin_shows_a_javascript_source_as_text_not_a_link() -> None:
