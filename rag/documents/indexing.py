@@ -469,15 +469,7 @@ def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, repo
         if row is None:
             row = Document(doc_id=doc_id)
         before = None if created else _row_state(row)
-        source = sources.get(doc_id)
-        if source is not None:
-            _fill_from_source(row, source, loaded.formats.get(doc_id, ""))
-        elif created:
-            _fill_from_payload(row, report.document_fields.get(doc_id, {}))
-        if doc_id in plan.stale:
-            row.status, row.status_detail = DocumentStatus.STALE, plan.stale[doc_id][:500]
-        else:
-            row.status, row.status_detail = DocumentStatus.INDEXED, ""
+        _fill(row, sources.get(doc_id), loaded, report, created=created, stale=plan.stale.get(doc_id))
         row.chunk_count = len(chunks)
         row.updated_at = now  # bulk_update does not apply auto_now
         if created or doc_id in rewritten or row.indexed_at is None:
@@ -572,6 +564,26 @@ def _chunk_counts(doc_ids: Iterable[str]) -> dict[str, int]:
         )
         counts.update(rows)
     return counts
+
+
+def _fill(
+    row: Document,
+    source: SourceDocument | None,
+    loaded: LoadResult,
+    report: ReindexReport,
+    *,
+    created: bool,
+    stale: str | None,
+) -> None:
+    """A row's fields from the document read this time (or, for a new row, the build's payload) and its status."""
+    if source is not None:
+        _fill_from_source(row, source, loaded.formats.get(row.doc_id, ""))
+    elif created:
+        _fill_from_payload(row, report.document_fields.get(row.doc_id, {}))
+    if stale is not None:
+        row.status, row.status_detail = DocumentStatus.STALE, stale[:500]
+    else:
+        row.status, row.status_detail = DocumentStatus.INDEXED, ""
 
 
 def _fill_from_source(row: Document, document: SourceDocument, fmt: str) -> None:
