@@ -230,17 +230,17 @@ def feedback_export_rows(*, queryset: QuerySet[Feedback]) -> Iterator[list[str]]
             feedback.updated_at.isoformat(),
             feedback.kind,
             str(feedback.score),
-            _csv_cell(getattr(feedback, "question", None) or ""),
-            _csv_cell(feedback.comment),
+            csv_cell(getattr(feedback, "question", None) or ""),
+            csv_cell(feedback.comment),
             feedback.request_id,
             feedback.trace_id,
             str(message.conversation_id),
             message.intent,
             message.language,
-            _csv_cell(message.content),
+            csv_cell(message.content),
         ]
 
 
-def _csv_cell(value: str) -> str:
+def csv_cell(value: str) -> str:
     # A cell starting with = + - @ (or a tab/CR that hides one) is a formula to spreadsheets (CSV injection).
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value

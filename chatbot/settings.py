@@ -186,6 +186,10 @@ QDRANT_COLLECTION = env_str("QDRANT_COLLECTION", "helpcentre")
 # Keep this worker's replicas (search index, semantic cache) in step with the database, twice a second.
 RAG_REPLICA_SYNC = env_bool("RAG_REPLICA_SYNC", True)
 CORPUS_DIR = Path(env_str("CORPUS_DIR", str(BASE_DIR / "rag" / "corpus" / "demo"))).resolve()
+# Website sources (`manage.py source add`): the user agent robots.txt rules are read for, and each page's bounds.
+SOURCE_CRAWL_USER_AGENT = env_str("SOURCE_CRAWL_USER_AGENT", "HelpCentreBot/1.0 (+self-hosted help-centre assistant)")
+SOURCE_CRAWL_MAX_BYTES = env_int("SOURCE_CRAWL_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
+SOURCE_CRAWL_TIMEOUT = env_float("SOURCE_CRAWL_TIMEOUT", 20.0, minimum=0.1)
 
 # --- LLM: offline backend unless LLM_BASE_URL ---------------------------------------------------------
 LLM_BASE_URL = env_url("LLM_BASE_URL", schemes=("http", "https"))

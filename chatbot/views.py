@@ -26,10 +26,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_safe
 
 from chatbot import readiness, security
+from chatbot.feedback import csv_cell
 from chatbot.selectors import conversation_list, conversation_messages
 from chatbot.services import TITLE_MAX_CHARS, conversation_delete, conversation_rename
 from concurrency.jsonio import json_error
 from rag.retrieval.markdown import load_markdown_dir
+from rag.text.links import http_link
 
 logger = logging.getLogger(__name__)
 
@@ -213,11 +215,6 @@ def form_catalogue() -> list[FormInfo]:
         return forms
 
 
-def _csv_cell(value: str) -> str:
-    # A cell starting with = + - @ is a formula to spreadsheet programs (CSV injection); quote it as text.
-    return "'" + value if value[:1] in ("=", "+", "-", "@") else value
-
-
 def _one_per_form(forms: list[FormInfo], language: str) -> list[FormInfo]:
     """One row per form: its document in `language` when there is one, else the first language it exists in."""
     chosen: dict[str, FormInfo] = {}
@@ -244,7 +241,9 @@ def forms_export_csv(request: HttpRequest) -> HttpResponse:
         download_url = (
             request.build_absolute_uri(reverse("form-download", args=[form.download_name])) if form.form_file else ""
         )
-        writer.writerow([_csv_cell(form.form_id), _csv_cell(form.title), form.url, download_url])
+        # every cell guarded (CSV injection), the links http(s) only
+        cells = [form.form_id, form.title, http_link(form.url), download_url]
+        writer.writerow([csv_cell(cell) for cell in cells])
     response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="forms.csv"'
     return response

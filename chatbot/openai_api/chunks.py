@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from rag.events import Event
+from rag.text.links import http_link
 
 OBJECT_CHUNK = "chat.completion.chunk"
 OBJECT_COMPLETION = "chat.completion"
@@ -35,7 +36,7 @@ def usage_of(summary: Event) -> dict[str, int]:
 def sources_of(summary: Event) -> dict[str, Any]:
     sources = sorted(summary.get("sources") or [], key=lambda s: int(s.get("ref", 0)))
     return {
-        "citations": [str(s.get("url", "")) for s in sources],
+        "citations": [http_link(s.get("url", "")) for s in sources],
         "search_results": [dict(s) for s in sources],
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -21,21 +22,37 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import format_lazy
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from rag.documents.models import BackfillJob, Chunk, Document, DocumentStatus, IndexFormat, IndexJob, Job, JobStatus
+from rag.documents.models import (
+    BackfillJob,
+    Chunk,
+    Document,
+    DocumentStatus,
+    IndexFormat,
+    IndexJob,
+    Job,
+    JobStatus,
+    Source,
+    SourceKind,
+    SourcePage,
+)
 from rag.documents.services import (
     MAX_UPLOAD_BYTES,
-    UploadRefused,
+    UploadBatch,
+    UploadItem,
     backfill_job_create,
     document_sources_delete,
     index_job_create,
     job_cancel,
-    upload_save,
+    source_pause,
+    source_sync_request,
+    uploads_save,
 )
 from rag.documents.sources import UPLOAD_SUFFIXES, PathNotAllowed, corpus_dir, path_allowed, uploads_dir
 
@@ -61,20 +78,53 @@ class MultipleFileField(forms.FileField):
         return [single(data, initial)]
 
 
+class FolderInput(MultipleFileInput):
+    """A file input that picks a whole folder (its files keep their relative paths, see upload.js)."""
+
+    def __init__(self) -> None:
+        super().__init__(attrs={"webkitdirectory": "", "directory": ""})
+
+
 class UploadForm(forms.Form):
     # The form's metaclass moves declared fields off the class, so this does not shadow `BaseForm.files` (the
     # uploaded files) at run time; the stubs see a class attribute.
     files = MultipleFileField(  # type: ignore[assignment]
         label=_("Files"),
+        required=False,
         help_text=format_lazy(
             _(
-                "Markdown, text, HTML, PDF or SQuAD JSON; at most {megabytes} MB each. A file with the name of an "
-                "earlier upload replaces it."
+                "Markdown, text, HTML, PDF, Word, Excel, PowerPoint or SQuAD JSON; at most {megabytes} MB each. A "
+                "file with the path of an earlier upload replaces it."
             ),
             megabytes=MAX_UPLOAD_BYTES // (1024 * 1024),
         ),
     )
+    folder = MultipleFileField(
+        label=_("Folder"),
+        required=False,
+        widget=FolderInput(),
+        help_text=_("A whole folder: its files keep their folder paths (en/fees.html and zh/fees.html stay two)."),
+    )
+    relative_paths = forms.CharField(required=False, widget=forms.HiddenInput)
     index_now = forms.BooleanField(required=False, initial=True, label=_("Start an index job for these files"))
+
+    class Media:
+        js = ("rag_documents/upload.js",)
+
+    def items(self) -> list[UploadItem]:
+        """The uploaded files with their relative paths (sent by upload.js in the files' order)."""
+        uploads = [*(self.cleaned_data.get("files") or []), *(self.cleaned_data.get("folder") or [])]
+        uploads = [upload for upload in uploads if upload is not None]
+        try:
+            paths = json.loads(self.cleaned_data.get("relative_paths") or "[]")
+        except ValueError:
+            paths = []
+        if not isinstance(paths, list) or len(paths) != len(uploads):
+            paths = [""] * len(uploads)
+        return [
+            UploadItem(name=upload.name, relative_path=str(path or ""), chunks=upload.chunks())
+            for upload, path in zip(uploads, paths, strict=True)
+        ]
 
 
 class ReindexForm(forms.Form):
@@ -185,10 +235,21 @@ class DocumentAdmin(admin.ModelAdmin):
     def reindex_sources(self, request: HttpRequest, queryset: QuerySet[Document]) -> HttpResponse | None:
         paths: list[str] = []
         for source in sorted(set(queryset.values_list("source", flat=True))):
+            if "://" in source:
+                continue  # a page of a website source, not a file
             try:
                 paths.append(str(path_allowed(source)))
             except PathNotAllowed:
                 continue
+        # a website page is re-read from the site: its source is synced (one job per source)
+        names = {doc_id.split("/")[1] for doc_id in queryset.values_list("doc_id", flat=True) if doc_id.count("/") > 1}
+        synced = [
+            source_sync_request(source=source, created_by=request.user, created_from="admin")
+            for source in Source.objects.filter(name__in=names, kind__in=(SourceKind.WEBSITE, SourceKind.SITEMAP))
+            if queryset.filter(doc_id__startswith=f"web/{source.name}/").exists()
+        ]
+        if synced and not paths:
+            return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[synced[0].pk]))
         if not paths:
             self.message_user(
                 request, gettext("None of the selected documents has a source in an indexable folder."), messages.ERROR
@@ -233,33 +294,36 @@ class DocumentAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/rag_documents/document/delete_confirmation.html", context)
 
+    def _uploaded(self, request: HttpRequest, batch: UploadBatch, *, index_now: bool) -> HttpResponse:
+        names = ", ".join(
+            (gettext("added %(path)s") if o.outcome == "added" else gettext("updated %(path)s")) % {"path": o.path}
+            for o in batch.outcomes
+        )
+        if not index_now:
+            uploaded = gettext("Uploaded %(names)s into %(folder)s.") % {"names": names, "folder": uploads_dir()}
+            self.message_user(request, uploaded, messages.SUCCESS)
+            return HttpResponseRedirect(reverse("admin:rag_documents_document_changelist"))
+        job = index_job_create(paths=batch.saved, created_by=request.user, created_from="admin")
+        uploaded = gettext("Uploaded %(names)s; index job #%(job)d indexes them.") % {"names": names, "job": job.pk}
+        self.message_user(request, uploaded, messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+
     def upload_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request) or not request.user.has_perm("rag_documents.add_indexjob"):
             raise PermissionDenied
         form = UploadForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
-            saved = []
-            try:
-                for upload in form.cleaned_data["files"]:
-                    saved.append(upload_save(name=upload.name, chunks=upload.chunks()))
-            except UploadRefused as exc:
-                form.add_error("files", str(exc))
+            items = form.items()
+            batch = uploads_save(items=items) if items else None
+            if batch is None:
+                form.add_error("files", gettext("Choose files or a folder to upload."))
+            elif batch.refused:
+                # nothing was saved: say which files and why
+                for refused in batch.refused:
+                    form.add_error("files", f"{refused.path}: {refused.reason}")
+                form.add_error(None, gettext("Nothing was saved: fix or leave out the files named below."))
             else:
-                names = ", ".join(p.name for p in saved)
-                if not form.cleaned_data["index_now"]:
-                    uploaded = gettext("Uploaded %(names)s into %(folder)s.") % {
-                        "names": names,
-                        "folder": uploads_dir(),
-                    }
-                    self.message_user(request, uploaded, messages.SUCCESS)
-                    return HttpResponseRedirect(reverse("admin:rag_documents_document_changelist"))
-                job = index_job_create(paths=saved, created_by=request.user, created_from="admin")
-                uploaded = gettext("Uploaded %(names)s; index job #%(job)d indexes them.") % {
-                    "names": names,
-                    "job": job.pk,
-                }
-                self.message_user(request, uploaded, messages.SUCCESS)
-                return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
+                return self._uploaded(request, batch, index_now=form.cleaned_data["index_now"])
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -533,3 +597,151 @@ class BackfillJobAdmin(JobAdmin):
             "descriptions become searchable text of their chunk."
         )
         return self._form_page(request, form, title=_("Start a backfill"), intro=intro)
+
+
+# --- sources --------------------------------------------------------------------------------------------------
+
+
+class SourceForm(forms.ModelForm):
+    """What staff set on a source, checked as `source_create` checks it; a folder must be one the admin may
+    index (the corpus or uploads folder), the URL and base URL http(s)."""
+
+    class Meta:
+        model = Source
+        fields = (
+            "name",
+            "kind",
+            "url",
+            "folder",
+            "include",
+            "exclude",
+            "max_pages",
+            "every",
+            "base_url",
+            "internal",
+            "rate",
+            "concurrency",
+            "paused",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        kind = data.get("kind") or getattr(self.instance, "kind", "")
+        if kind in (SourceKind.WEBSITE, SourceKind.SITEMAP) and not _is_http(data.get("url", "")):
+            self.add_error("url", gettext("Give an http(s) URL."))
+        if kind == SourceKind.FOLDER:
+            try:
+                data["folder"] = str(path_allowed(data.get("folder", "")))
+            except PathNotAllowed as exc:
+                self.add_error("folder", str(exc))
+        if data.get("base_url") and not _is_http(data["base_url"]):
+            self.add_error("base_url", gettext("Give an http(s) URL."))
+        rate = data.get("rate")
+        if rate is not None and not 0 < rate <= 100:
+            self.add_error("rate", gettext("Between 0 and 100 requests per second."))
+        return data
+
+
+def _is_http(value: str) -> bool:
+    parts = urlsplit((value or "").strip())
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+class SourcePageInline(admin.TabularInline):
+    """The URLs the last sync could not index as they are (errors, 404s, refusals), with the reason."""
+
+    model = SourcePage
+    verbose_name_plural = _("pages with problems in the last sync")
+    fields = ("url", "outcome", "status_code", "detail", "gone_count", "fetched_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    max_num = 0
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SourcePage]:
+        return super().get_queryset(request).exclude(outcome__in=("fetched", "not_modified"))
+
+
+@admin.register(Source)
+class SourceAdmin(admin.ModelAdmin):
+    form = SourceForm
+    list_display = ("name", "kind", "where", "schedule", "last_sync_at", "next_sync_at", "last_outcome", "pages_n")
+    list_filter = ("kind", "paused")
+    search_fields = ("name", "url", "folder")
+    inlines = (SourcePageInline,)
+    actions = ("sync_now", "pause", "resume", "remove_sources")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Source]:
+        return super().get_queryset(request).select_related("last_job").annotate(pages_count=Count("pages"))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Source | None = None) -> tuple[str, ...]:
+        shown = ("last_sync_at", "next_sync_at", "last_job", "created_at")
+        # the name is the documents' id prefix and the kind decides how they are read: fixed once added
+        return ("name", "kind", *shown) if obj is not None else shown
+
+    def save_model(self, request: HttpRequest, obj: Source, form: Any, change: bool) -> None:
+        if obj.every is not None and not obj.paused and (not change or "every" in form.changed_data):
+            obj.next_sync_at = timezone.now()
+        super().save_model(request, obj, form, change)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # deleting the row alone would leave its documents searchable: the remove action goes through a job
+        return False
+
+    @admin.display(description=_("URL or folder"))
+    def where(self, obj: Source) -> str:
+        return obj.url or obj.folder
+
+    @admin.display(description=_("schedule"))
+    def schedule(self, obj: Source) -> str:
+        if obj.paused:
+            return gettext("paused")
+        return gettext("every %(every)s") % {"every": obj.every} if obj.every else gettext("on request")
+
+    @admin.display(description=_("last job"))
+    def last_outcome(self, obj: Source) -> str:
+        job = obj.last_job
+        if job is None:
+            return "-"
+        link = reverse("admin:rag_documents_indexjob_change", args=[job.pk])
+        return format_html('<a href="{}">#{} {}</a>', link, job.pk, job.get_status_display())
+
+    @admin.display(description=_("pages"), ordering="pages_count")
+    def pages_n(self, obj: Source) -> int:
+        return int(getattr(obj, "pages_count", 0))
+
+    def _check_jobs(self, request: HttpRequest) -> None:
+        if not request.user.has_perm("rag_documents.add_indexjob"):
+            raise PermissionDenied
+
+    @admin.action(description=_("Sync the selected sources now"))
+    def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        self._check_jobs(request)
+        jobs = [source_sync_request(source=s, created_by=request.user, created_from="admin") for s in queryset]
+        self.message_user(
+            request,
+            gettext("Queued: %(jobs)s.") % {"jobs": ", ".join(f"#{job.pk}" for job in jobs)},
+            messages.SUCCESS,
+        )
+
+    @admin.action(description=_("Pause the selected sources' schedules"))
+    def pause(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            source_pause(source=source, paused=True)
+
+    @admin.action(description=_("Resume the selected sources' schedules"))
+    def resume(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            source_pause(source=source, paused=False)
+
+    @admin.action(description=_("Remove the selected sources and their documents"))
+    def remove_sources(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        self._check_jobs(request)
+        jobs = [
+            source_sync_request(source=s, remove=True, created_by=request.user, created_from="admin") for s in queryset
+        ]
+        self.message_user(
+            request,
+            gettext("Removal queued: %(jobs)s.") % {"jobs": ", ".join(f"#{job.pk}" for job in jobs)},
+            messages.SUCCESS,
+        )

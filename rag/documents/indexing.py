@@ -9,22 +9,36 @@ switch leaves the live index and the rows as they were.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from rag.documents.crawler import CrawlRefused
 from rag.documents.hooks import documents_reindexed_notify
-from rag.documents.models import TEXT_PREVIEW_CHARS, Chunk, Document, DocumentStatus, IndexJob, JobStatus
+from rag.documents.models import (
+    TEXT_PREVIEW_CHARS,
+    Chunk,
+    Document,
+    DocumentStatus,
+    IndexJob,
+    JobStatus,
+    Source,
+    SourceKind,
+)
 from rag.documents.services import JobCancelled, JobTracker, bounded, db_retry
+from rag.documents.source_sync import PageState, SiteCrawl, site_crawl, source_pages_save, source_prefix
 from rag.documents.sources import LoadResult, chunking_for, corpus_dir, format_of, in_scope, load_sources
 from rag.errors import PipelineAbort
 from rag.retrieval.embedding import Embedder, index_batch_size
@@ -40,6 +54,7 @@ from rag.retrieval.indexer import (
 from rag.retrieval.markdown import Document as SourceDocument
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import VectorStore
+from rag.text.links import http_link
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +84,11 @@ def plan_reindex(
     job_format: str,
     full: bool,
     compatible: bool,
+    owns: Callable[[str], bool] | None = None,
 ) -> ReindexPlan:
     """What to embed, copy, re-encode and delete. `known_sources` is doc_id -> (source, format) from the rows,
-    for builds whose payloads do not carry the source."""
+    for builds whose payloads do not carry the source. `owns(doc_id)`, when given, says which live documents the
+    job answers for (a website source's pages) instead of the paths in `scope`."""
     plan = ReindexPlan()
     reuse = compatible and not full
     by_id = {document.doc_id: document for document in loaded.documents}
@@ -94,6 +111,20 @@ def plan_reindex(
     unreadable.update({str(Path(e.path).absolute()): e.reason for e in loaded.skipped})
     for doc_id, previous in live.items():
         if doc_id in by_id:
+            continue
+        if doc_id in loaded.kept:
+            # read before and not changed (or not readable this time): the indexed version stays
+            if loaded.kept[doc_id]:
+                plan.stale[doc_id] = loaded.kept[doc_id]
+            else:
+                plan.unchanged.append(doc_id)
+            (plan.copy if reuse else plan.reencode).add(doc_id)
+            continue
+        if owns is not None:
+            if owns(doc_id):
+                plan.deleted.append(doc_id)
+            else:
+                (plan.copy if reuse else plan.reencode).add(doc_id)
             continue
         source, source_format = previous.source, ""
         if doc_id in known_sources:
@@ -146,10 +177,14 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
     cancel request until the switch; after it the job succeeds."""
     if job.if_empty and _already_filled(tracker, store):
         return
-    scope = [Path(p) for p in job.paths] or [corpus_dir()]
-    loaded = _load(job, tracker, scope)
+    work = _job_work(job, tracker)
+    loaded, scope = work.loaded, work.scope
+    if job.remove_source and not _owned_live(work):
+        tracker.log(f"source {job.source_name} has no document in the index")
+        _save_source_only(job, tracker, work)
+        return
     encoder = BM25Encoder()
-    plan = _plan(job, tracker, store, embedder, encoder, loaded, scope)
+    plan = _plan(job, tracker, store, embedder, encoder, loaded, scope, owns=work.owns)
     tracker.stage("embedding")
     report = reindex(
         store,
@@ -167,7 +202,117 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
     )
     # switched: from here on the job succeeds; a late cancel request is ignored
     tracker.stage("saving")
-    _save(job, tracker, loaded, plan, report, _summary(loaded, plan, report, started))
+    summary = _summary(loaded, plan, report, started)
+    summary.update(work.report)
+    _save(job, tracker, loaded, plan, report, summary, after=work.after_save)
+
+
+def _owned_live(work: JobWork) -> bool:
+    return work.owns is not None and any(
+        work.owns(doc_id)
+        for doc_id in Document.objects.exclude(status=DocumentStatus.DELETED).values_list("doc_id", flat=True)
+    )
+
+
+def _save_source_only(job: IndexJob, tracker: JobTracker, work: JobWork) -> None:
+    def save() -> None:
+        with transaction.atomic():
+            if work.after_save is not None:
+                work.after_save()
+            tracker.finish(JobStatus.SUCCEEDED, report=work.report)
+
+    db_retry(save)
+
+
+@dataclass(slots=True)
+class JobWork:
+    """What a job reads and answers for: the loaded documents, the paths or the test for the documents it owns
+    (deleted when not read again), and what it saves beside the rows."""
+
+    loaded: LoadResult
+    scope: list[Path]
+    owns: Callable[[str], bool] | None = None
+    after_save: Callable[[], None] | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def _job_work(job: IndexJob, tracker: JobTracker) -> JobWork:
+    source = job.source
+    if source is None:
+        if job.source_name:
+            raise JobFailed(f"the source {job.source_name!r} no longer exists")
+        scope = [Path(p) for p in job.paths] or [corpus_dir()]
+        return JobWork(_load(job, tracker, scope), scope)
+    report: dict[str, Any] = {"source": source.name, "removed": job.remove_source}
+    if source.kind in (SourceKind.WEBSITE, SourceKind.SITEMAP):
+        prefix = source_prefix(source.name)
+
+        def owns(doc_id: str) -> bool:
+            return doc_id.startswith(prefix)
+
+        if job.remove_source:
+            return JobWork(LoadResult(), [], owns, lambda: _source_delete(source), report)
+        crawl = _crawl(job, tracker, source)
+        report.update(robots=crawl.summary.robots, asked=crawl.summary.asked, outcomes=crawl.summary.outcomes)
+        report["pages"] = bounded([{"url": p.url, "outcome": p.outcome, "detail": p.detail} for p in crawl.pages])
+        return JobWork(crawl.loaded, [], owns, lambda: _source_synced(source, crawl.pages), report)
+    folder = Path(source.folder)
+    if job.remove_source:
+        rows = Document.objects.exclude(status=DocumentStatus.DELETED).values_list("doc_id", "source")
+        owned = {doc_id for doc_id, path in rows if path and Path(path).is_relative_to(folder)}
+        return JobWork(LoadResult(), [folder], owned.__contains__, lambda: _source_delete(source), report)
+    loaded = _load(job, tracker, [folder])
+    if source.base_url:
+        loaded.documents = [_with_base_url(d, folder, source.base_url) for d in loaded.documents]
+    return JobWork(loaded, [folder], None, lambda: _source_synced(source, []), report)
+
+
+def _with_base_url(document: SourceDocument, folder: Path, base_url: str) -> SourceDocument:
+    """A folder document's link: its own `url` (front matter) if it has one, else base URL + relative path. The
+    link is part of the content hash, so changing the base URL updates the documents' links."""
+    if document.url or not document.source_path:
+        return document
+    relative = Path(document.source_path).relative_to(folder).as_posix()
+    url = base_url.rstrip("/") + "/" + quote(relative)
+    digest = hashlib.sha256(f"{document.content_hash}\n{url}".encode()).hexdigest()
+    return dataclasses.replace(document, url=url, content_hash=digest)
+
+
+def _crawl(job: IndexJob, tracker: JobTracker, source: Source) -> SiteCrawl:
+    tracker.stage("crawling")
+    stop = threading.Event()
+    logged = 0
+
+    def on_tick(pages: list[PageState]) -> None:
+        nonlocal logged
+        for state in pages[logged:]:
+            if state.outcome not in ("fetched", "not_modified"):
+                tracker.log(f"{state.outcome} {state.url}: {state.detail}")
+        logged = len(pages)
+        tracker.progress(len(pages), max(len(pages) + 1, source.max_pages))
+        if tracker.cancelled():
+            stop.set()
+
+    try:
+        crawl = site_crawl(source=source, full=job.full, stop=stop, on_tick=on_tick)
+    except CrawlRefused as exc:
+        raise JobFailed(str(exc)) from exc
+    on_tick(crawl.pages)
+    if crawl.stopped:
+        raise JobCancelled
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(crawl.summary.outcomes.items()))
+    tracker.log(f"crawled {source.url}: {counts or 'nothing'} (robots.txt: {crawl.summary.robots})")
+    return crawl
+
+
+def _source_synced(source: Source, pages: list[PageState]) -> None:
+    if pages:
+        source_pages_save(source=source, pages=pages)
+    Source.objects.filter(pk=source.pk).update(last_sync_at=timezone.now())
+
+
+def _source_delete(source: Source) -> None:
+    Source.objects.filter(pk=source.pk).delete()
 
 
 def _already_filled(tracker: JobTracker, store: VectorStore) -> bool:
@@ -206,6 +351,8 @@ def _plan(
     encoder: BM25Encoder,
     loaded: LoadResult,
     scope: list[Path],
+    *,
+    owns: Callable[[str], bool] | None = None,
 ) -> ReindexPlan:
     """What to embed, copy, re-encode and delete; fails the job when the scope holds nothing to index."""
     tracker.stage("planning")
@@ -221,11 +368,19 @@ def _plan(
         job_format=job.format,
         full=job.full,
         compatible=compatible,
+        owns=owns,
     )
-    if not loaded.documents and not plan.deleted:
+    if not loaded.documents and not plan.deleted and not (owns is not None and loaded.kept):
+        if owns is not None:
+            raise JobFailed("the source gave no page that could be indexed; the log lists each URL and why")
         if len(loaded.missing) == len(scope):
             raise JobFailed(f"no such file or folder: {', '.join(map(str, scope))}")
         raise JobFailed(f"no documents to index in {', '.join(map(str, scope))}")
+    if not plan.embed and not plan.copy and not plan.reencode:
+        raise JobFailed(
+            f"this would leave the index empty ({len(plan.deleted)} documents deleted, none left); "
+            "index other documents first"
+        )
     tracker.log(
         f"plan: {len(plan.added)} added, {len(plan.updated)} updated, {len(plan.unchanged)} unchanged, "
         f"{len(plan.deleted)} deleted; {len(plan.embed)} to embed, {len(plan.copy)} copied, "
@@ -260,13 +415,18 @@ def _save(
     plan: ReindexPlan,
     report: ReindexReport,
     summary: dict[str, Any],
+    *,
+    after: Callable[[], None] | None = None,
 ) -> None:
-    """Mirror the new build in the Document rows and finish the job, in one transaction (retried)."""
+    """Mirror the new build in the Document rows and finish the job, in one transaction (retried). `after` writes
+    what else the job learnt (a source's per-URL state) in the same transaction."""
     changed = [*plan.updated, *plan.deleted]
 
     def save() -> None:
         with transaction.atomic():
             documents_sync(job=job, loaded=loaded, plan=plan, report=report)
+            if after is not None:
+                after()
             tracker.finish(
                 JobStatus.SUCCEEDED,
                 added=len(plan.added),
@@ -308,15 +468,8 @@ def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, repo
         created = row is None
         if row is None:
             row = Document(doc_id=doc_id)
-        source = sources.get(doc_id)
-        if source is not None:
-            _fill_from_source(row, source, loaded.formats.get(doc_id, ""))
-        elif created:
-            _fill_from_payload(row, report.document_fields.get(doc_id, {}))
-        if doc_id in plan.stale:
-            row.status, row.status_detail = DocumentStatus.STALE, plan.stale[doc_id][:500]
-        else:
-            row.status, row.status_detail = DocumentStatus.INDEXED, ""
+        before = None if created else _row_state(row)
+        _fill(row, sources.get(doc_id), loaded, report, created=created, stale=plan.stale.get(doc_id))
         row.chunk_count = len(chunks)
         row.updated_at = now  # bulk_update does not apply auto_now
         if created or doc_id in rewritten or row.indexed_at is None:
@@ -324,7 +477,12 @@ def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, repo
             row.last_job = job
         if created or doc_id in rewritten or chunk_counts.get(doc_id) != len(chunks):
             refill.add(doc_id)
-        (to_create if created else to_update).append(row)
+        if created:
+            to_create.append(row)
+        elif _row_state(row) != before:
+            # an unchanged row is not written: a re-sync where nothing changed writes no document row
+            row.updated_at = now
+            to_update.append(row)
     for doc_id in plan.deleted:
         row = rows.get(doc_id)
         if row is not None:
@@ -372,6 +530,16 @@ def documents_sync(*, job: IndexJob, loaded: LoadResult, plan: ReindexPlan, repo
     )
 
 
+_ROW_FIELDS = (
+    "source", "source_format", "title", "url", "language", "tags", "kind", "form_id", "form_file",
+    "content_hash", "chunk_count", "status", "status_detail", "indexed_at", "last_job_id",
+)  # fmt: skip
+
+
+def _row_state(row: Document) -> tuple[Any, ...]:
+    return tuple(getattr(row, name) for name in _ROW_FIELDS)
+
+
 def _batches(items: list[Any], size: int = 500) -> Iterable[list[Any]]:
     # SQLite builds may cap a statement's parameters at 999
     for start in range(0, len(items), size):
@@ -398,11 +566,31 @@ def _chunk_counts(doc_ids: Iterable[str]) -> dict[str, int]:
     return counts
 
 
+def _fill(
+    row: Document,
+    source: SourceDocument | None,
+    loaded: LoadResult,
+    report: ReindexReport,
+    *,
+    created: bool,
+    stale: str | None,
+) -> None:
+    """A row's fields from the document read this time (or, for a new row, the build's payload) and its status."""
+    if source is not None:
+        _fill_from_source(row, source, loaded.formats.get(row.doc_id, ""))
+    elif created:
+        _fill_from_payload(row, report.document_fields.get(row.doc_id, {}))
+    if stale is not None:
+        row.status, row.status_detail = DocumentStatus.STALE, stale[:500]
+    else:
+        row.status, row.status_detail = DocumentStatus.INDEXED, ""
+
+
 def _fill_from_source(row: Document, document: SourceDocument, fmt: str) -> None:
     row.source = document.source_path[:1000]
     row.source_format = fmt or format_of(document.source_path)
     row.title = document.title[:500]
-    row.url = document.url[:1000]
+    row.url = http_link(document.url)
     row.language = document.language
     row.tags = list(document.tags)
     row.kind = document.kind
@@ -415,7 +603,7 @@ def _fill_from_payload(row: Document, payload: Mapping[str, object]) -> None:
     row.source = str(payload.get("source", "") or "")[:1000]
     row.source_format = format_of(row.source)
     row.title = str(payload.get("title", "") or row.doc_id)[:500]
-    row.url = str(payload.get("url", "") or "")[:1000]
+    row.url = http_link(payload.get("url", ""))
     row.language = str(payload.get("language", "") or "")
     tags = payload.get("tags")
     row.tags = [str(t) for t in tags] if isinstance(tags, list) else []

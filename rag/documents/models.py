@@ -165,9 +165,91 @@ class IndexFormat(models.TextChoices):
     HTML = "html", "HTML"
     PDF = "pdf", "PDF"
     SQUAD = "squad", "SQuAD JSON"
+    DOCX = "docx", "Word (.docx)"
+    XLSX = "xlsx", "Excel (.xlsx)"
+    PPTX = "pptx", "PowerPoint (.pptx)"
+
+
+class SourceKind(models.TextChoices):
+    WEBSITE = "website", _("website (start URL)")
+    SITEMAP = "sitemap", _("website (sitemap)")
+    FOLDER = "folder", _("server folder")
+    UPLOADS = "uploads", _("uploads")
+
+
+class Source(models.Model):
+    """Where an organisation's content lives and how it is kept in step: a website crawled from a start URL or a
+    sitemap, or a folder on the server. A sync is an index job with `source` set (rag.documents.source_sync)."""
+
+    name = models.SlugField(_("name"), max_length=100, unique=True)
+    kind = models.CharField(_("kind"), max_length=16, choices=SourceKind.choices)
+    url = models.CharField(_("URL"), max_length=1000, blank=True, help_text=_("the start URL or the sitemap URL"))
+    folder = models.CharField(_("folder"), max_length=1000, blank=True)
+    include = models.JSONField(_("include"), default=list, blank=True, help_text=_("URL path or file globs to keep"))
+    exclude = models.JSONField(
+        _("exclude"), default=list, blank=True, help_text=_("URL path or file globs to leave out")
+    )
+    max_pages = models.PositiveIntegerField(_("page limit"), default=1000)
+    every = models.DurationField(_("sync every"), null=True, blank=True, help_text=_("empty: only when asked"))
+    base_url = models.CharField(
+        _("base URL"), max_length=1000, blank=True, help_text=_("links of folder documents: this + the relative path")
+    )
+    internal = models.BooleanField(
+        _("internal"), default=False, help_text=_("may reach private, loopback and link-local addresses")
+    )
+    rate = models.FloatField(_("requests per second"), default=2.0)
+    concurrency = models.PositiveSmallIntegerField(_("concurrency"), default=2)
+    paused = models.BooleanField(_("paused"), default=False)
+    last_sync_at = models.DateTimeField(_("last sync"), null=True, blank=True)
+    next_sync_at = models.DateTimeField(_("next sync"), null=True, blank=True, db_index=True)
+    last_job = models.ForeignKey(
+        "IndexJob", verbose_name=_("last job"), null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("source")
+        verbose_name_plural = _("sources")
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SourcePage(models.Model):
+    """One URL of a website source as the last sync saw it: what a conditional GET sends next time, the page's
+    content hash, and how many syncs in a row it answered 404/410."""
+
+    source = models.ForeignKey(Source, verbose_name=_("source"), on_delete=models.CASCADE, related_name="pages")
+    url = models.CharField(_("URL"), max_length=2000)
+    doc_id = models.CharField(_("doc id"), max_length=500, blank=True)
+    etag = models.CharField(_("ETag"), max_length=500, blank=True)
+    last_modified = models.CharField(_("Last-Modified"), max_length=100, blank=True)
+    content_hash = models.CharField(_("content hash"), max_length=64, blank=True)
+    status_code = models.PositiveSmallIntegerField(_("HTTP status"), null=True, blank=True)
+    outcome = models.CharField(_("outcome"), max_length=32, blank=True)
+    detail = models.CharField(_("detail"), max_length=500, blank=True)
+    gone_count = models.PositiveSmallIntegerField(_("syncs answered 404/410"), default=0)
+    fetched_at = models.DateTimeField(_("fetched at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("source page")
+        verbose_name_plural = _("source pages")
+        ordering = ("source", "url")
+        constraints = [models.UniqueConstraint(fields=("source", "url"), name="rag_documents_sourcepage_url")]
+
+    def __str__(self) -> str:
+        return self.url
 
 
 class IndexJob(Job):
+    source = models.ForeignKey(
+        Source, verbose_name=_("source"), null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    source_name = models.CharField(_("source name"), max_length=100, blank=True, db_index=True)
+    remove_source = models.BooleanField(
+        _("remove source"), default=False, help_text=_("drop every document of the source, then the source")
+    )
     paths = models.JSONField(
         _("paths"), default=list, blank=True, help_text=_("files or folders; empty means CORPUS_DIR")
     )

@@ -32,7 +32,13 @@ from concurrency.worker_tasks import WorkerTask
 from rag.documents.backfill import backfill_job_execute
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import BackfillJob, IndexJob, Job
-from rag.documents.services import job_claim_next, runner_forget, runner_heartbeat, runner_name
+from rag.documents.services import (
+    job_claim_next,
+    runner_forget,
+    runner_heartbeat,
+    runner_name,
+    sources_due_enqueue,
+)
 from rag.provider import get_runtime
 from rag.retrieval.embedding import Embedder
 from rag.retrieval.store import StoreLockedError, VectorStore
@@ -168,6 +174,8 @@ class JobRunner:
                     if loop.time() >= next_beat:
                         await self._db(runner_heartbeat, runner=self.name, store=context.store.location)
                         next_beat = loop.time() + self.heartbeat_interval
+                    # scheduled source syncs become pending jobs here, on whichever runner polls first
+                    await self._db(sources_due_enqueue)
                     job = await self._db(job_claim_next, runner=self.name, store_owner=context.store.local)
                 except DatabaseError:
                     # the database is down or busy: try again later, the runner must outlive it

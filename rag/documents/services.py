@@ -11,14 +11,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from django.core.exceptions import SuspiciousFileOperation
 from django.db import OperationalError, connection, transaction
@@ -32,8 +35,18 @@ from rag.documents.models import (
     Job,
     JobRunnerHeartbeat,
     JobStatus,
+    Source,
+    SourceKind,
 )
-from rag.documents.sources import FORMATS, UPLOAD_SUFFIXES, PathNotAllowed, path_allowed, uploads_dir
+from rag.documents.sources import (
+    FORMATS,
+    UPLOAD_SUFFIXES,
+    PathNotAllowed,
+    format_of,
+    path_allowed,
+    screen_file,
+    uploads_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -403,3 +416,262 @@ class JobTracker:
         )
         values["heartbeat_at"] = values["finished_at"]
         db_retry(self.model.objects.filter(pk=self.pk, status=JobStatus.RUNNING).update, **values)
+
+
+# --- sources ---------------------------------------------------------------------------------------------------
+
+
+class SourceInvalid(ValueError):
+    """A source that cannot be added as asked; the message says which field and why."""
+
+
+_WEB_KINDS = frozenset({SourceKind.WEBSITE, SourceKind.SITEMAP})
+
+
+def _http_url(value: str, field: str) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SourceInvalid(f"{field}: {value!r} is not an http(s) URL")
+    return value.strip()
+
+
+@retry_locked
+def source_create(
+    *,
+    name: str,
+    kind: str,
+    url: str = "",
+    folder: str = "",
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    max_pages: int = 1000,
+    every: timedelta | None = None,
+    base_url: str = "",
+    internal: bool = False,
+    rate: float = 2.0,
+    concurrency: int = 2,
+) -> Source:
+    """A new source, checked; with `every`, its first sync is due at once (the job runner queues it)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,99}", name or ""):
+        raise SourceInvalid(f"name: {name!r} must be lower-case letters, digits, '-' or '_' (at most 100)")
+    if kind not in SourceKind.values:
+        raise SourceInvalid(f"kind: {kind!r} is not one of {', '.join(SourceKind.values)}")
+    if kind in _WEB_KINDS:
+        url = _http_url(url, "url")
+    elif kind == SourceKind.FOLDER:
+        if not folder or not Path(folder).is_dir():
+            raise SourceInvalid(f"folder: {folder!r} is not a folder")
+        folder = str(Path(folder).resolve())
+    if base_url:
+        base_url = _http_url(base_url, "base_url")
+    if max_pages < 1:
+        raise SourceInvalid("max_pages must be at least 1")
+    if not 0 < rate <= 100:
+        raise SourceInvalid("rate must be above 0 and at most 100 requests per second")
+    if every is not None and every < timedelta(minutes=1):
+        raise SourceInvalid("every must be at least one minute")
+    if Source.objects.filter(name=name).exists():
+        raise SourceInvalid(f"name: a source named {name!r} exists already")
+    return Source.objects.create(
+        name=name,
+        kind=kind,
+        url=url,
+        folder=folder,
+        include=list(include),
+        exclude=list(exclude),
+        max_pages=max_pages,
+        every=every,
+        base_url=base_url,
+        internal=internal,
+        rate=rate,
+        concurrency=max(1, min(concurrency, 16)),
+        next_sync_at=timezone.now() if every is not None else None,
+    )
+
+
+def _source_active_job(source: Source) -> IndexJob | None:
+    return (
+        IndexJob.objects.filter(source=source, status__in=(JobStatus.PENDING, JobStatus.RUNNING))
+        .order_by("created_at")
+        .first()
+    )
+
+
+@retry_locked
+def source_sync_request(
+    *, source: Source, full: bool = False, remove: bool = False, created_by: Any = None, created_from: str = ""
+) -> IndexJob:
+    """The index job that syncs (or, with `remove`, removes) `source`: an existing pending or running one is
+    returned rather than a second queued, so a source is synced one job at a time however many ask."""
+    with transaction.atomic():
+        _serialize_claims()
+        active = _source_active_job(source)
+        if active is not None and not (remove and not active.remove_source):
+            return active
+        paths = [source.folder] if source.kind == SourceKind.FOLDER and source.folder else []
+        job = IndexJob.objects.create(
+            source=source,
+            source_name=source.name,
+            remove_source=remove,
+            paths=paths,
+            full=full,
+            created_by=created_by if getattr(created_by, "pk", None) else None,
+            created_from=created_from,
+        )
+        Source.objects.filter(pk=source.pk).update(last_job=job)
+    return job
+
+
+@retry_locked
+def sources_due_enqueue(*, now: datetime | None = None) -> list[IndexJob]:
+    """Queue a sync for every scheduled source whose time has come (the job runner calls this as it polls). The
+    schedule is the row's `next_sync_at`, moved on with a compare-and-set, so it survives restarts and two
+    runners never queue the same sync twice."""
+    now = now or timezone.now()
+    jobs: list[IndexJob] = []
+    due = Source.objects.filter(paused=False, every__isnull=False, next_sync_at__lte=now)
+    for source in due:
+        assert source.every is not None
+        moved = Source.objects.filter(pk=source.pk, next_sync_at=source.next_sync_at).update(
+            next_sync_at=now + source.every
+        )
+        if moved:
+            jobs.append(source_sync_request(source=source, created_from="schedule"))
+    return jobs
+
+
+@retry_locked
+def source_pause(*, source: Source, paused: bool) -> None:
+    next_sync = None if paused or source.every is None else timezone.now()
+    Source.objects.filter(pk=source.pk).update(paused=paused, next_sync_at=next_sync)
+
+
+# --- upload batches --------------------------------------------------------------------------------------------
+
+MAX_UPLOAD_PATH_CHARS = 300
+MAX_UPLOAD_PART_CHARS = 120
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class UploadItem:
+    """One uploaded file: its name as sent, the relative path inside a folder upload ("" for a plain file), and
+    its content in pieces."""
+
+    name: str
+    relative_path: str
+    chunks: Iterable[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class UploadOutcome:
+    path: str  # relative to the uploads folder ("en/fees.html"), or the name as sent when it was refused
+    outcome: str  # "added", "updated" or "refused"
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class UploadBatch:
+    outcomes: list[UploadOutcome] = field(default_factory=list)
+    saved: list[Path] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[UploadOutcome]:
+        return [o for o in self.outcomes if o.outcome == "refused"]
+
+
+def upload_relative_path(raw: str) -> str:
+    """A safe path inside the uploads folder for an uploaded file's (relative) name, or UploadRefused naming why:
+    no absolute path, no `..`, no control characters, no hidden parts, bounded lengths, a known extension."""
+    if not raw or not raw.strip():
+        raise UploadRefused("an empty file name")
+    if _CONTROL_RE.search(raw):
+        raise UploadRefused(f"{raw!r}: control characters in the name")
+    text = raw.replace("\\", "/").strip()
+    if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
+        raise UploadRefused(f"{raw!r}: an absolute path")
+    parts = [part.strip() for part in text.split("/") if part.strip() not in ("", ".")]
+    if not parts:
+        raise UploadRefused(f"{raw!r} is not a usable file name")
+    if any(part == ".." for part in parts):
+        raise UploadRefused(f"{raw!r}: '..' in the path")
+    if any(part.startswith(".") for part in parts):
+        raise UploadRefused(f"{raw!r}: a hidden file or folder (its name starts with '.')")
+    if any(len(part) > MAX_UPLOAD_PART_CHARS for part in parts) or len("/".join(parts)) > MAX_UPLOAD_PATH_CHARS:
+        raise UploadRefused(
+            f"{raw[:60]!r}...: names are at most {MAX_UPLOAD_PART_CHARS} characters a folder or file and "
+            f"{MAX_UPLOAD_PATH_CHARS} in all"
+        )
+    suffix = Path(parts[-1]).suffix.lower()
+    if suffix not in UPLOAD_SUFFIXES or not Path(parts[-1]).stem:
+        raise UploadRefused(f"{raw}: only {', '.join(sorted(UPLOAD_SUFFIXES))} files can be indexed")
+    return "/".join(parts)
+
+
+def _upload_check(relative: str, partial: Path) -> str:
+    """Why a written upload cannot be indexed ("" when it can): the loaders read it as the index job will."""
+    fmt = format_of(relative)
+    reason = screen_file(partial, fmt)
+    if reason:
+        return reason
+    errors: list[Any] = []
+    try:
+        from rag.retrieval.loaders import load_file  # optional package (see rag.documents.sources)
+    except ImportError:
+        return ""
+    documents = load_file(partial, doc_id=relative, format=fmt, errors=errors)
+    if not documents:
+        return str(getattr(errors[0], "reason", errors[0])) if errors else "no document in the file"
+    return ""
+
+
+def uploads_save(*, items: Sequence[UploadItem], max_bytes: int = MAX_UPLOAD_BYTES) -> UploadBatch:
+    """Save a batch of uploads, all or nothing: every file's path is checked and every file written aside and
+    read as the index job will read it before any is put in place; one refused file leaves the uploads folder as
+    it was, and the batch says which file and why. A path that exists already is an update."""
+    folder = uploads_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = UploadBatch()
+    staged: list[tuple[str, Path]] = []
+    seen: set[str] = set()
+    try:
+        for item in items:
+            try:
+                relative = upload_relative_path(item.relative_path or item.name)
+                if relative.lower() in seen:
+                    raise UploadRefused(f"{relative}: the batch holds this path twice")
+                seen.add(relative.lower())
+                partial = folder / f".upload-{uuid.uuid4().hex}.part"
+                staged.append((relative, partial))
+                _write_bounded(partial, item.chunks, max_bytes=max_bytes, name=relative)
+                reason = _upload_check(relative, partial)
+                if reason:
+                    raise UploadRefused(reason)
+            except UploadRefused as exc:
+                batch.outcomes.append(UploadOutcome(item.relative_path or item.name, "refused", str(exc)))
+                continue
+            exists = (folder / relative).exists()
+            batch.outcomes.append(UploadOutcome(relative, "updated" if exists else "added"))
+        if batch.refused:
+            return batch
+        for relative, partial in staged:
+            target = (folder / relative).resolve()
+            if not target.is_relative_to(folder.resolve()):  # a symbolic link inside the folder pointing out
+                raise UploadRefused(f"{relative}: outside the uploads folder")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial.replace(target)
+            batch.saved.append(target)
+        return batch
+    finally:
+        for _, partial in staged:
+            partial.unlink(missing_ok=True)
+
+
+def _write_bounded(partial: Path, chunks: Iterable[bytes], *, max_bytes: int, name: str) -> None:
+    size = 0
+    with partial.open("wb") as handle:
+        for chunk in chunks:
+            size += len(chunk)
+            if size > max_bytes:
+                raise UploadRefused(f"{name}: larger than {max_bytes // (1024 * 1024)} MB")
+            handle.write(chunk)

@@ -25,7 +25,7 @@ from rag.retrieval.markdown import Document, FrontMatterError, LoadError, load_m
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "markdown", "text", "html", "pdf", "squad")
+FORMATS = ("auto", "markdown", "text", "html", "pdf", "squad", "docx", "xlsx", "pptx")
 SUFFIX_FORMATS = {
     ".md": "markdown",
     ".markdown": "markdown",
@@ -35,6 +35,9 @@ SUFFIX_FORMATS = {
     ".htm": "html",
     ".pdf": "pdf",
     ".json": "squad",
+    ".docx": "docx",
+    ".xlsx": "xlsx",
+    ".pptx": "pptx",
 }
 UPLOAD_SUFFIXES = frozenset(SUFFIX_FORMATS)
 UPLOADS_PREFIX = "uploads"
@@ -98,6 +101,9 @@ class LoadResult:
     skipped: list[LoadError] = field(default_factory=list)
     formats: dict[str, str] = field(default_factory=dict)  # doc_id -> format it was read as
     missing: list[Path] = field(default_factory=list)  # job paths that do not exist
+    # documents not read this time but kept as indexed: doc_id -> why ("" unchanged, e.g. a 304; else the reason it
+    # is kept stale, e.g. a first 404 or a fetch error)
+    kept: dict[str, str] = field(default_factory=dict)
 
 
 def _files(entry: Path, job_format: str) -> list[Path]:
@@ -125,6 +131,10 @@ def screen_file(path: Path, fmt: str) -> str:
     if fmt == "pdf":
         if head.lstrip()[:5] != b"%PDF-":
             return "not a PDF file (no %PDF header): broken or mislabelled"
+        return ""
+    if fmt in ("docx", "xlsx", "pptx"):
+        if not head.startswith(b"PK\x03\x04"):
+            return f"not a .{fmt} file (not a zip archive): broken, encrypted or mislabelled"
         return ""
     if fmt in _TEXT_FORMATS or not fmt:
         if b"\x00" in head and not head.startswith(_BOMS):

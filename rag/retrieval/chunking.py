@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from rag.retrieval.markdown import Document
+from rag.retrieval.tables import canonical_tables
 from rag.text.sentences import stop_ends_sentence
 from rag.text.tables import is_table_line, read_table
 
@@ -313,7 +314,8 @@ def chunk_document(document: Document, config: ChunkingConfig | None = None) -> 
     """The document's chunks in reading order, ordinals from 0."""
     config = config or ChunkingConfig()
     chunks: list[Chunk] = []
-    for path, text, units in _merge_tiny(split_sections(document.text), config):
+    # Markdown pipe tables in the one format every loader writes (rag.retrieval.tables)
+    for path, text, units in _merge_tiny(split_sections(canonical_tables(document.text)), config):
         heading = config.heading_separator.join(path)
         # the title gives every chunk its article's topic, unless the first heading already says it
         context_parts = list(path)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag.text.language import ZH_HANT, detect_language
+from rag.text.links import http_link
 
 LANGUAGES = frozenset({"zh-hant", "zh-hans", "en"})
 KINDS = frozenset({"article", "form"})
@@ -111,6 +112,13 @@ def parse_front_matter(raw: str) -> tuple[dict[str, str | tuple[str, ...]], str]
     raise FrontMatterError("front matter is not closed: no second '---' line")
 
 
+def _link(fields: dict[str, str | tuple[str, ...]]) -> str:
+    url = _scalar(fields, "url")
+    if url and not http_link(url):
+        raise FrontMatterError(f"'url' must be an http(s) URL, got {url[:80]!r}")
+    return url
+
+
 def _scalar(fields: dict[str, str | tuple[str, ...]], key: str) -> str:
     value = fields.get(key, "")
     if isinstance(value, tuple):
@@ -189,7 +197,7 @@ def document_from_text(raw: str, *, doc_id: str, source_path: str = "", language
         title=title,
         text=body,
         language=language,
-        url=_scalar(fields, "url"),
+        url=_link(fields),
         tags=tuple(tag.strip() for tag in tags),
         kind=kind,
         form_id=form_id,

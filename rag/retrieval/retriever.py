@@ -26,6 +26,7 @@ from rag.retrieval.embedding import LEXICAL, OPENAI, SENTENCE_TRANSFORMERS, Asyn
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
 from rag.state import RetrievedChunk
+from rag.text.links import http_link
 
 DEFAULT_MODE: SearchMode = "sparse"
 # per embedder kind (rag.retrieval.embedding.embedder_kind); see the module docstring
@@ -48,7 +49,7 @@ def to_chunk(hit: StoreHit) -> RetrievedChunk:
         chunk_id=str(p.get("chunk_id", hit.point_id)),
         doc_id=str(p.get("doc_id", "")),
         title=str(p.get("title", "")),
-        url=str(p.get("url", "")),
+        url=http_link(p.get("url", "")),
         text=str(p.get("text", "")),
         score=hit.score,
         language=str(p.get("language", "")),

@@ -22,6 +22,7 @@ from rag.semcache.cache import active_cache
 from rag.semcache.models import CacheEntry
 from rag.semcache.selectors import cache_entries_summary_get
 from rag.semcache.services import cache_entries_delete, cache_entries_delete_all
+from rag.text.links import http_link
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -73,16 +74,18 @@ class CacheEntryAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("sources"))
     def sources_display(self, obj: CacheEntry) -> str:
-        rows = [
-            (source.get("ref", ""), source.get("url", ""), source.get("title", ""), source.get("doc_id", ""))
-            for source in obj.sources or []
-        ]
-        if not rows:
+        items = []
+        for source in obj.sources or []:
+            ref, title, doc_id = source.get("ref", ""), source.get("title", ""), source.get("doc_id", "")
+            link = http_link(source.get("url", ""))  # a stored javascript: or data: URL is shown as text only
+            if link:
+                items.append(format_html("<li>[{}] <a href='{}'>{}</a> ({})</li>", ref, link, title, doc_id))
+            else:
+                items.append(format_html("<li>[{}] {} ({})</li>", ref, title, doc_id))
+        if not items:
             return "-"
-        return format_html(
-            "<ol style='margin:0;padding-left:1.2em'>{}</ol>",
-            format_html_join("", "<li>[{}] <a href='{}'>{}</a> ({})</li>", rows),
-        )
+        joined = format_html_join("", "{}", ((item,) for item in items))
+        return format_html("<ol style='margin:0;padding-left:1.2em'>{}</ol>", joined)
 
     # Deleting must take the vector too, or the entry could still be served.
     def delete_model(self, request: HttpRequest, obj: CacheEntry) -> None:

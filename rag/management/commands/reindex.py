@@ -87,7 +87,7 @@ class Command(BaseCommand):
             REINDEX,
             out=self.stdout,
             create=create,
-            execute=_execute,
+            execute=index_job_run,
             on_loop=configure_concurrency_manager,
             no_wait=options["no_wait"],
             before_create=before_create,
@@ -132,7 +132,8 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING(f"{job.skipped - len(attachments)} file(s) skipped, see above."))
 
 
-async def _execute(job: Job, store: VectorStore, stop: threading.Event) -> None:
+async def index_job_run(job: Job, store: VectorStore, stop: threading.Event) -> None:
+    """Run an index job here (the command's own store), with the embedder the server's retriever uses."""
     assert isinstance(job, IndexJob)
     embedder: Embedder = await in_thread(build_embedder)  # a local model loads from disk: off the loop
     # the indexing thread's embedding calls run on this loop, under its concurrency manager

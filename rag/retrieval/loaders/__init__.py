@@ -3,11 +3,12 @@
     errors: list[LoadError] = []
     documents = load_documents([folder, "faq.pdf"], errors=errors)
 
-Formats: Markdown (the staff-authored articles with front matter, or ordinary files without, titled by their
-first heading), plain text, HTML, PDF and SQuAD-format JSON (each paragraph a document). With ``format="auto"``
-the file's extension decides; a named format applies to every file given by path, and picks that format's
-extensions in folders. Nothing a file contains stops the load: every file (or SQuAD paragraph) that cannot be
-used becomes a `LoadError(path, reason)` in `errors`, which is the job log's list of what was skipped and why.
+Formats: Markdown (the staff-authored articles with front matter, or ordinary files without, titled by their first
+heading), plain text, HTML, PDF, Office (.docx, .xlsx, .pptx) and SQuAD-format JSON (each paragraph a document).
+With ``format="auto"`` the file's extension decides; a named format applies to every file given by path, and picks
+that format's extensions in folders. Nothing a file contains stops the load: every file (or SQuAD paragraph) that
+cannot be used becomes a `LoadError(path, reason)` in `errors`, which is the job log's list of what was skipped and
+why.
 
 doc_ids are paths relative to the folder given (or the file's own folder): Markdown keeps its existing rule
 (without ".md"), other files keep their extension so "guide.pdf" and "guide.html" stay apart, and a SQuAD
@@ -25,6 +26,7 @@ from typing import Literal, get_args
 from rag.retrieval.chunking import PASSAGE_CHUNKING, ChunkingConfig
 from rag.retrieval.loaders.base import SkipFile, decode_text
 from rag.retrieval.loaders.html import html_to_text, load_html
+from rag.retrieval.loaders.office import load_docx, load_pptx, load_xlsx
 from rag.retrieval.loaders.pdf import load_pdf
 from rag.retrieval.loaders.squad import SquadFile, SquadQuestion, load_squad, read_squad
 from rag.retrieval.loaders.text import load_text
@@ -43,12 +45,13 @@ __all__ = [
     "format_for_path",
     "html_to_text",
     "load_documents",
+    "load_file",
     "read_squad",
 ]
 
 logger = logging.getLogger(__name__)
 
-Format = Literal["auto", "markdown", "text", "html", "pdf", "squad"]
+Format = Literal["auto", "markdown", "text", "html", "pdf", "squad", "docx", "xlsx", "pptx"]
 FORMATS: tuple[str, ...] = get_args(Format)
 EXTENSIONS: dict[str, tuple[str, ...]] = {
     "markdown": (".md", ".markdown"),
@@ -56,6 +59,9 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "html": (".html", ".htm"),
     "pdf": (".pdf",),
     "squad": (".json",),
+    "docx": (".docx",),
+    "xlsx": (".xlsx",),
+    "pptx": (".pptx",),
 }
 # The reason a form's attachment (the file its `form_file` names) is left out of the index: it is downloaded.
 ATTACHMENT_REASON = "attachment of"
@@ -79,6 +85,9 @@ _LOADERS: dict[str, Loader] = {
     "html": load_html,
     "pdf": load_pdf,
     "squad": load_squad,
+    "docx": load_docx,
+    "xlsx": load_xlsx,
+    "pptx": load_pptx,
 }
 
 
@@ -167,14 +176,30 @@ def load_documents(
     return documents
 
 
+def load_file(
+    file: Path, *, doc_id: str, format: str, errors: list[LoadError], language: str | None = None
+) -> list[Document]:
+    """The documents of one file read as `format` (a named format, not "auto"), its doc_id given by the caller (a
+    page fetched by a crawl keeps its URL's id, not the temporary file's name). Failures go to `errors`."""
+    return _load_one(file, doc_id=doc_id, file_format=format, language=language, errors=errors)
+
+
 def _load_file(file: Path, *, root: Path, format: str, language: str | None, errors: list[LoadError]) -> list[Document]:
     file_format = format if format != "auto" else format_for_path(file)
     if file_format is None:
         known = ", ".join(sorted(_BY_EXTENSION))
         errors.append(LoadError(file, f"unsupported file type {file.suffix or '(no extension)'!r} (known: {known})"))
         return []
+    return _load_one(
+        file, doc_id=_doc_id(file, root, file_format), file_format=file_format, language=language, errors=errors
+    )
+
+
+def _load_one(
+    file: Path, *, doc_id: str, file_format: str, language: str | None, errors: list[LoadError]
+) -> list[Document]:
     try:
-        loaded = _LOADERS[file_format](file, doc_id=_doc_id(file, root, file_format), language=language, errors=errors)
+        loaded = _LOADERS[file_format](file, doc_id=doc_id, language=language, errors=errors)
         # Kangxi radicals from a PDF, full-width letters...: what a reader sees, so what search and answers use
         return [
             replace(document, title=fold_compatibility(document.title), text=fold_compatibility(document.text))

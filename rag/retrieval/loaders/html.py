@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rag.retrieval.loaders.base import SkipFile, content_hash, decode_text, join_cjk_gaps, resolve_language
 from rag.retrieval.markdown import Document, LoadError
+from rag.retrieval.tables import render_table
 
 # elements whose content is never page text
 _DROPPED = frozenset(
@@ -40,6 +41,9 @@ _CJK_CHAR = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 # a line break in the source between two CJK characters is wrapping, not a space (CSS Text 3 does the same)
 _CJK_WRAP_RE = re.compile(rf"(?<=[{_CJK_CHAR}])[ \t]*[\r\n]+[ \t]*(?=[{_CJK_CHAR}])")
 _BLANK_LINES_RE = re.compile(r"\n{3,}")
+# around the content of a page without <main>: the site's header, footer, sidebars, banners and breadcrumbs
+_FURNITURE = frozenset({"header", "footer", "aside"})
+_FURNITURE_NAME_RE = re.compile(r"\b(cookie\w*|breadcrumbs?|crumbs|sidebar|banner|skip-link|site-header|site-footer)\b")
 
 
 class _PageText(HTMLParser):
@@ -49,12 +53,16 @@ class _PageText(HTMLParser):
         self.first_h1 = ""
         self._all: list[str] = []  # the whole page's text pieces
         self._main: list[str] = []  # the pieces inside <main>, when the page has one
+        self._body: list[str] = []  # the pieces outside site furniture (header, footer, aside, cookie banners)
+        self._furniture: list[list[str | int]] = []  # [tag, nesting depth] of furniture elements still open
         self._dropping: list[list[str | int]] = []  # [tag, nesting depth] of dropped elements still open
         self._main_depth = 0
         self._pre_depth = 0
         self._in_title = False
         self._heading: tuple[int, list[str]] | None = None
         self._lists: list[int | None] = []  # the open lists, innermost last: an <ol>'s next number, None for <ul>
+        # tables being read (a nested table's text goes into the outer table's cell): rows of cells of pieces
+        self._tables: list[list[list[list[str]]]] = []
 
     # -- helpers
 
@@ -62,9 +70,12 @@ class _PageText(HTMLParser):
         self._all.append(piece)
         if self._main_depth:
             self._main.append(piece)
+        elif not self._furniture:
+            self._body.append(piece)
 
     def text(self) -> str:
-        pieces = self._main if "".join(self._main).strip() else self._all
+        # <main> when the page marks it; else the page without its furniture; else all of it
+        pieces = next((p for p in (self._main, self._body) if "".join(p).strip()), self._all)
         lines = [line.strip() for line in "".join(pieces).split("\n")]
         return _BLANK_LINES_RE.sub("\n\n", "\n".join(lines)).strip()
 
@@ -80,6 +91,9 @@ class _PageText(HTMLParser):
         if tag in _DROPPED or _hidden(attributes):
             if tag not in _VOID:
                 self._dropping.append([tag, 1])
+            return
+        self._furniture_start(tag, attributes)
+        if self._table_start(tag):
             return
         if tag == "title":
             self._in_title = not self.title
@@ -115,6 +129,9 @@ class _PageText(HTMLParser):
                 if depth <= 0:
                     self._dropping.pop()
             return
+        self._furniture_end(tag)
+        if self._table_end(tag):
+            return
         if tag == "title":
             self._in_title = False
         elif tag == "main" and self._main_depth:
@@ -142,6 +159,11 @@ class _PageText(HTMLParser):
         if self._in_title:
             self.title = _SPACE_RE.sub(" ", f"{self.title} {data}").strip()
             return
+        if self._tables:
+            table = self._tables[-1]
+            if table and table[-1]:
+                table[-1][-1].append(data)
+            return
         if self._heading is not None:
             self._heading[1].append(data)
             return
@@ -149,6 +171,68 @@ class _PageText(HTMLParser):
             self._emit(data)
             return
         self._emit(_SPACE_RE.sub(" ", _CJK_WRAP_RE.sub("", data)))
+
+    # -- site furniture outside <main>: left out of a page that does not mark its main content
+
+    def _furniture_start(self, tag: str, attributes: dict[str, str | None]) -> None:
+        if self._main_depth or tag in _VOID:
+            return
+        if self._furniture:
+            top = self._furniture[-1]
+            if tag == top[0]:
+                top[1] = int(top[1]) + 1
+            return
+        names = f"{attributes.get('class') or ''} {attributes.get('id') or ''}".lower()
+        if tag in _FURNITURE or _FURNITURE_NAME_RE.search(names):
+            self._furniture.append([tag, 1])
+
+    def _furniture_end(self, tag: str) -> None:
+        if self._furniture and tag == self._furniture[-1][0]:
+            top = self._furniture[-1]
+            top[1] = int(top[1]) - 1
+            if int(top[1]) <= 0:
+                self._furniture.pop()
+
+    # -- tables: rendered in the one pipe-table format (rag.retrieval.tables) when they close
+
+    def _table_start(self, tag: str) -> bool:
+        """Whether a start tag was table business (or is inside a cell, where it is only a word break)."""
+        if tag == "table":
+            if self._tables and self._tables[-1] and self._tables[-1][-1]:
+                self._tables[-1][-1][-1].append(" ")  # a nested table is text in the outer cell
+            self._tables.append([])
+            return True
+        if not self._tables:
+            return False
+        table = self._tables[-1]
+        if tag == "tr":
+            table.append([])
+        elif tag in _CELL:
+            if not table:
+                table.append([])
+            table[-1].append([])
+        elif table and table[-1]:
+            table[-1][-1].append(" ")
+        return True
+
+    def _table_end(self, tag: str) -> bool:
+        if not self._tables:
+            return False
+        if tag != "table":
+            if self._tables[-1] and self._tables[-1][-1] and tag in _BLOCK | _LINE | _CELL:
+                self._tables[-1][-1][-1].append(" ")
+            return True
+        rows = self._tables.pop()
+        cells = [["".join(pieces) for pieces in row] for row in rows]
+        if self._tables:
+            outer = self._tables[-1]
+            if outer and outer[-1]:
+                outer[-1][-1].append(" ".join(" ".join(row) for row in cells))
+            return True
+        table = render_table([[join_cjk_gaps(cell) for cell in row] for row in cells])
+        if table:
+            self._emit(f"\n\n{table}\n\n")
+        return True
 
 
 def _hidden(attributes: dict[str, str | None]) -> bool:

@@ -71,7 +71,7 @@ def test_cancel_a_pending_job_at_once_a_running_one_by_request_a_finished_one_no
 
 def test_bad_job_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="format"):
-        index_job_create(format="docx")
+        index_job_create(format="odt")
     with pytest.raises(ValueError, match="limit"):
         backfill_job_create(limit=0)
 

@@ -341,7 +341,7 @@ def test_missing_paths_duplicates_and_bad_arguments(tmp_path: Path) -> None:
     assert any("duplicate doc_id 'a.txt'" in m for m in messages)
     assert any(m.endswith("missing: no such file or folder") for m in messages)
     with pytest.raises(ValueError, match="format must be one of"):
-        load_documents([tmp_path], format="docx", errors=[])
+        load_documents([tmp_path], format="odt", errors=[])
     with pytest.raises(ValueError, match="language must be one of"):
         load_documents([tmp_path], language="fr", errors=[])
 
@@ -383,7 +383,7 @@ def test_markdown_without_front_matter_is_loaded_like_text(tmp_path: Path) -> No
 
 
 def test_format_for_path() -> None:
-    assert [format_for_path(name) for name in ("a.MD", "b.htm", "c.PDF", "d.json", "e.txt", "f.docx")] == [
+    assert [format_for_path(name) for name in ("a.MD", "b.htm", "c.PDF", "d.json", "e.txt", "f.odt")] == [
         "markdown",
         "html",
         "pdf",
