@@ -8,7 +8,7 @@ prompt asks for, or a call that cannot start or fails, falls back to the rules. 
 - title: the person's question, its question words and punctuation taken off ("How do I reset my password?" ->
   "Reset my password", "如何重設密碼？" -> "重設密碼");
 - tags: the planner rules' intent and the top source's title;
-- follow-ups: the titles of the next related articles, as requests the person could send;
+- follow-ups: the titles of the next related articles (in the question's language), as the person could send them;
 - queries: the question itself; autocompletion and image prompts: nothing (an empty text).
 
 The answer has the shape the client asked for: the JSON object with its key (Open WebUI) or plain text (LibreChat,
@@ -190,8 +190,6 @@ async def _follow_ups(question: str, language: str, retriever: Any) -> list[str]
             continue
         seen.add(chunk.doc_id)
         titles.append(chunk.title)
-    # the first is the article that answered; the next ones are related
-    related = titles[1 : FOLLOW_UPS_MAX + 1] or titles[:1]
-    if is_chinese(language):
-        return [f"請說明「{title}」" for title in related]
-    return [f"Tell me about {title[:1].lower()}{title[1:]}" for title in related]
+    # The first is the article that answered; the next ones are related. Their titles are what a person would
+    # send ("My account is locked", "帳號被鎖定怎麼辦"), and asked, each is answered from its own article.
+    return titles[1 : FOLLOW_UPS_MAX + 1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -275,3 +276,21 @@ async def test_a_draining_worker_answers_503_with_retry_after(chat_key: CreatedK
     assert (error["type"], error["code"]) == ("service_unavailable_error", "unavailable")
     assert response.headers["retry-after"] == "1"
     assert await Message.objects.acount() == 0
+
+
+async def test_a_refusal_is_logged_with_its_status_and_reason(chat_key: CreatedKey) -> None:
+    # A handler of its own: the ASGI application's start applies Django's LOGGING, which replaces pytest's capture.
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("chatbot.openai_api.consumers")
+    logger.addHandler(handler)
+    try:
+        await api_request(COMPLETIONS, completion_body(), secret="hc-not-a-key")
+        await api_request(COMPLETIONS, json.dumps({"model": "gpt-4"}).encode(), secret=chat_key.secret)
+    finally:
+        logger.removeHandler(handler)
+
+    lines = [r.getMessage() for r in records]
+    assert any("401 invalid_api_key" in line and "/v1/chat/completions" in line for line in lines), lines
+    assert any("404 model_not_found" in line and "'gpt-4'" in line for line in lines), lines

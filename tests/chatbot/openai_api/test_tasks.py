@@ -1,0 +1,79 @@
+"""Which requests are a chat client's background task, and what the task is about."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chatbot.openai_api.task_answers import reply_checked, title_from_question
+from chatbot.openai_api.tasks import FOLLOW_UPS, OPEN_WEBUI, TAGS, TITLE, ClientTask, client_task_detect
+from rag.llm.errors import InvalidLLMOutput
+from rag.state import Turn
+
+FIXTURES = Path(__file__).parent / "fixtures" / "open_webui"
+
+
+def turns_of(name: str) -> list[Turn]:
+    body = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    return [Turn(m["role"], m["content"]) for m in body["messages"]]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("title.json", TITLE), ("tags.json", TAGS), ("follow_ups.json", FOLLOW_UPS)]
+)
+def test_open_webui_tasks_are_told_by_the_json_key_they_ask_for(name: str, kind: str) -> None:
+    task = client_task_detect(turns_of(name))
+
+    assert task is not None and task.kind == kind and task.client == OPEN_WEBUI and task.json_key == kind
+    assert task.question == "How do I reset my password?"
+    assert task.answer.startswith("You can reset your password")
+
+
+@pytest.mark.parametrize("name", ["chat_with_tools.json", "chat_zh_with_tools.json", "regenerate_more_concise.json"])
+def test_people_s_questions_are_not_tasks(name: str) -> None:
+    assert client_task_detect(turns_of(name)) is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "### Task: my course page says 'task failed', what do I do?",  # no JSON asked for
+        "Can you give my certificate a title?",
+        "Provide a concise title for my thesis",
+    ],
+)
+def test_a_question_that_speaks_of_tasks_or_titles_is_a_question(question: str) -> None:
+    assert client_task_detect([Turn("user", question)]) is None
+
+
+def test_a_task_earlier_in_the_chat_does_not_make_the_last_question_one() -> None:
+    turns = [*turns_of("title.json"), Turn("assistant", "{}"), Turn("user", "How do I reset my password?")]
+
+    assert client_task_detect(turns) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "title"),
+    [
+        ("How do I reset my password?", "Reset my password"),
+        ("What is the refund policy for courses?", "Refund policy for courses"),
+        ("如何重設密碼？", "重設密碼"),
+        ("請問證書要怎麼下載呢？", "證書要怎麼下載"),
+        ("", "New chat"),
+    ],
+)
+def test_an_offline_title_is_the_question_without_its_question_words(question: str, title: str) -> None:
+    assert title_from_question(question) == title
+
+
+def test_an_llm_reply_must_be_the_json_object_asked_for() -> None:
+    task = client_task_detect(turns_of("title.json"))
+    assert isinstance(task, ClientTask)
+
+    assert json.loads(reply_checked(task, '```json\n{ "title": "Password Reset" }\n```')) == {"title": "Password Reset"}
+    with pytest.raises(InvalidLLMOutput):
+        reply_checked(task, "Password Reset")
+    with pytest.raises(InvalidLLMOutput):
+        reply_checked(task, '{"tags": ["x"]}')
