@@ -131,8 +131,10 @@ class RecordingProxy:
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
-        with server:
+        try:
             self.loop.run_forever()
+        finally:
+            server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

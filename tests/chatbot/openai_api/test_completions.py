@@ -281,8 +281,12 @@ async def test_a_draining_worker_answers_503_with_retry_after(chat_key: CreatedK
 async def test_a_refusal_is_logged_with_its_status_and_reason(chat_key: CreatedKey) -> None:
     # A handler of its own: the ASGI application's start applies Django's LOGGING, which replaces pytest's capture.
     records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append  # type: ignore[method-assign]
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.WARNING)
     logger = logging.getLogger("chatbot.openai_api.consumers")
     logger.addHandler(handler)
     try:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from chatbot.openai_api.task_answers import reply_checked, title_from_question
+from chatbot.openai_api.task_answers import TASK_MAX_TOKENS, client_task_answer, reply_checked, title_from_question
 from chatbot.openai_api.tasks import FOLLOW_UPS, OPEN_WEBUI, TAGS, TITLE, ClientTask, client_task_detect
 from rag.llm.errors import InvalidLLMOutput
-from rag.state import Turn
+from rag.llm.policy import SlotTerms
+from rag.llm.types import LLMResult
+from rag.state import Turn, Usage
 
 FIXTURES = Path(__file__).parent / "fixtures" / "open_webui"
 
@@ -77,3 +80,45 @@ def test_an_llm_reply_must_be_the_json_object_asked_for() -> None:
         reply_checked(task, "Password Reset")
     with pytest.raises(InvalidLLMOutput):
         reply_checked(task, '{"tags": ["x"]}')
+
+
+class _Replying:
+    """An LLM backend that answers every call with one reply, and keeps what it was asked."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.calls: list[dict[str, object]] = []
+
+    async def complete(self, **kwargs: object) -> LLMResult:
+        self.calls.append(kwargs)
+        return LLMResult(text=self.reply, usage=Usage(input_tokens=300, output_tokens=9, total_tokens=309))
+
+
+class _NoSearch:
+    async def search(self, query: str, *, limit: int, language: str | None = None, kind: str | None = None) -> list:
+        return []
+
+
+async def test_with_an_llm_the_client_s_own_prompt_is_answered_small_and_last_in_line() -> None:
+    task = client_task_detect(turns_of("title.json"))
+    assert task is not None
+    llm = _Replying('{ "title": "Password Reset" }')
+
+    answer = await client_task_answer(task, backend="chat", deps=SimpleNamespace(llm=llm, retriever=_NoSearch()))
+
+    assert (answer.text, answer.answered_by, answer.prompt_tokens) == ('{"title": "Password Reset"}', "llm", 300)
+    (call,) = llm.calls
+    assert call["messages"] == [{"role": "user", "content": task.prompt[0].content}]
+    assert call["max_tokens"] == TASK_MAX_TOKENS
+    slot = call["slot"]
+    assert isinstance(slot, SlotTerms) and slot.low_priority
+
+
+async def test_an_llm_reply_that_is_not_the_json_asked_for_gives_way_to_the_rules() -> None:
+    task = client_task_detect(turns_of("title.json"))
+    assert task is not None
+    deps = SimpleNamespace(llm=_Replying("Sure! Here is a title: Password Reset"), retriever=_NoSearch())
+
+    answer = await client_task_answer(task, backend="chat", deps=deps)
+
+    assert (answer.text, answer.answered_by) == ('{"title": "Reset my password"}', "rules")
