@@ -19,12 +19,23 @@ def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def _open(page: Page, url: str) -> None:
+    """A new chat; the "What's New" notes Open WebUI shows on a first visit are closed as a person would."""
+    page.goto(url)
+    page.wait_for_selector("#chat-input")
+    page.wait_for_timeout(1500)
+    notes = page.get_by_text("Okay, Let's Go!")
+    if notes.count() and notes.first.is_visible():
+        notes.first.click()
+        page.wait_for_timeout(500)
+
+
 def _ask(page: Page, text: str) -> str:
     """Type a message, send it, wait until the answer stops streaming; the last answer's text."""
     before = page.locator("#response-content-container").count()
     box = page.locator("#chat-input")
     box.click()
-    box.fill(text) if box.evaluate("e => e.tagName") == "TEXTAREA" else page.keyboard.type(text)
+    page.keyboard.insert_text(text)
     page.keyboard.press("Enter")
     return _wait_answer(page, before)
 
@@ -56,17 +67,16 @@ def _shot(page: Page, folder: Path, name: str, shots: list[str]) -> None:
 
 
 def _title(page: Page) -> str:
-    # the chat list in the sidebar: the current chat's title
+    """The chat's title, as Open WebUI shows it in the tab ("<title> • Open WebUI") and above the chat."""
     page.wait_for_timeout(3000)
-    item = page.locator("#sidebar a[href^='/c/'], nav a[href^='/c/']").first
-    return item.inner_text().strip() if item.count() else ""
+    return page.title().split(" • ")[0].strip()
 
 
 def _more_concise(page: Page) -> str:
     before = page.locator("#response-content-container").count()
     page.locator("#response-content-container").last.hover()
-    page.locator("button.regenerate-response-button").last.click()
-    page.get_by_text("More Concise", exact=True).click()
+    page.locator("button[aria-label='Regenerate'], button.regenerate-response-button").last.click()
+    page.get_by_text("More Concise", exact=True).last.click()
     page.wait_for_timeout(1000)
     # the regenerated answer replaces the last one in place (a sibling): wait for its text to settle
     return _wait_answer(page, before - 1)
@@ -81,13 +91,11 @@ def drive(url: str, screenshots: Path, chromium: str, chromium_args: list[str]) 
         browser = playwright.chromium.launch(executable_path=chromium, args=chromium_args)
         page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="en-US")
         page.set_default_timeout(60_000)
-        page.goto(url)
-        page.wait_for_selector("#chat-input")
+        _open(page, url)
         _shot(page, screenshots, "0-new-chat", shots)
         for number, question in enumerate(QUESTIONS, start=1):
             if number > 1:
-                page.goto(url)
-                page.wait_for_selector("#chat-input")
+                _open(page, url)
             answer = _ask(page, question)
             page.wait_for_timeout(1500)
             chip = _sources_chip(page)
@@ -109,8 +117,7 @@ def drive(url: str, screenshots: Path, chromium: str, chromium_args: list[str]) 
             seen["more_concise_error"] = repr(exc)
             checks["More Concise shortens"] = False
         _shot(page, screenshots, "4-more-concise", shots)
-        page.goto(url)
-        page.wait_for_selector("#chat-input")
+        _open(page, url)
         _ask(page, FORM_QUESTION)
         _shot(page, screenshots, "5-form-answer", shots)
         link = page.locator("#response-content-container a[href*='/forms/']").first
@@ -119,12 +126,20 @@ def drive(url: str, screenshots: Path, chromium: str, chromium_args: list[str]) 
         if href:
             with page.context.expect_page() as opened:
                 link.click()
-            pdf = opened.value
-            pdf.wait_for_load_state()
-            seen["form_link_opened"] = pdf.url
+            seen["form_link_opened"] = opened.value.url  # Chromium headless downloads a PDF and closes the tab
             response = page.request.get(href)
             checks["form link opens the PDF"] = response.ok and response.body().startswith(b"%PDF")
         else:
             checks["form link opens the PDF"] = False
         browser.close()
     return {"seen": seen, "checks": checks, "screenshots": shots}
+
+
+if __name__ == "__main__":  # against an Open WebUI already running: python -m scripts.openwebui_drive URL
+    import json
+    import sys
+
+    from scripts.openwebui_e2e import CHROMIUM_ARGS, PROJECT
+
+    report = drive(sys.argv[1], PROJECT / "docs/screenshots", "/usr/bin/chromium", CHROMIUM_ARGS)
+    print(json.dumps(report, ensure_ascii=False, indent=2))

@@ -154,8 +154,8 @@ async def test_the_whole_answer_carries_its_annotations_on_the_message(chat_key:
 async def test_more_concise_shortens_the_previous_answer_without_a_new_search(chat_key: CreatedKey) -> None:
     first = await api_request(COMPLETIONS, completion_body(), secret=chat_key.secret)
     previous = first.json()["choices"][0]["message"]["content"]
-    body = fixture("regenerate_more_concise.json")
-    body["messages"][1]["content"] = previous
+    body = fixture("regenerate_more_concise.json")  # Open WebUI's: question, answer, question, answer, "More Concise"
+    body["messages"][-2]["content"] = previous
 
     response = await api_request(COMPLETIONS, encoded(body), secret=chat_key.secret)
 

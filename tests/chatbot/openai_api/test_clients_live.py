@@ -78,7 +78,7 @@ def test_open_webui_requests_replayed_over_http(deployment: Deployment) -> None:
     zh_text, zh_chunks = streamed(deployment.post(fixture("chat_zh_with_tools.json")))
     titles = [deployment.post(fixture(name)).json() for name in ("title.json", "tags.json", "follow_ups.json")]
     regenerate = fixture("regenerate_more_concise.json")
-    regenerate["messages"][1]["content"] = text
+    regenerate["messages"][-2]["content"] = text
     shorter, _ = streamed(deployment.post(regenerate))
 
     for answer, answer_chunks in ((text, chunks), (zh_text, zh_chunks)):

@@ -31,7 +31,8 @@ def test_open_webui_tasks_are_told_by_the_json_key_they_ask_for(name: str, kind:
 
     assert task is not None and task.kind == kind and task.client == OPEN_WEBUI and task.json_key == kind
     assert task.question == "How do I reset my password?"
-    assert task.answer.startswith("You can reset your password")
+    # Open WebUI asks for the title as the question is sent, before any answer
+    assert task.answer == "" if kind == TITLE else task.answer.startswith("If you have forgotten your")
 
 
 @pytest.mark.parametrize("name", ["chat_with_tools.json", "chat_zh_with_tools.json", "regenerate_more_concise.json"])
