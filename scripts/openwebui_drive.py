@@ -67,9 +67,9 @@ def _shot(page: Page, folder: Path, name: str, shots: list[str]) -> None:
 
 
 def _title(page: Page) -> str:
-    """The chat's title, as Open WebUI shows it in the tab ("<title> • Open WebUI") and above the chat."""
+    """The chat's title, as Open WebUI shows it in the tab ("<title> / Open WebUI") and above the chat."""
     page.wait_for_timeout(3000)
-    return page.title().split(" • ")[0].strip()
+    return re.split(r" [•/] ", page.title())[0].strip()
 
 
 def _more_concise(page: Page) -> str:

@@ -207,7 +207,7 @@ def conversations(env: dict[str, str]) -> list[str]:
         "from chatbot.models import Message\n"
         "for m in Message.objects.filter(role='user').order_by('created_at'): print(repr(m.content[:60]))"
     )
-    return [line for line in manage(env, "shell", "-c", code).splitlines() if line.strip()]
+    return [line for line in manage(env, "shell", "-c", code).splitlines() if line.startswith("'")]
 
 
 def main() -> int:
