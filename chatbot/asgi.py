@@ -51,6 +51,11 @@ from chatbot.drain import install_under_daphne  # noqa: E402
 # SIGTERM drains the answers running here before daphne stops (chatbot.drain); daphne's own handling would cut them.
 install_under_daphne(settings.SHUTDOWN_DRAIN_SECONDS)
 
+from chatbot.http_reasons import reason_phrases_install  # noqa: E402
+
+# "429 Too Many Requests", not daphne's "429 Unknown Status".
+reason_phrases_install()
+
 from rag.server_address import daphne_url, server_file_write  # noqa: E402
 
 if Path(sys.argv[0]).name == "daphne" or Path(sys.argv[0]).parent.name == "daphne":

@@ -37,6 +37,9 @@ SECRET_KEY = secret_key_from_env("DJANGO_SECRET_KEY", key_file=DATA_DIR / "secre
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+# Where people reach this site (https://help.example.org): every link sent outside its own pages (a form's
+# download in an answer to an OpenAI client, a source link) is made absolute with it. Empty: links stay relative.
+PUBLIC_BASE_URL = env_url("PUBLIC_BASE_URL", schemes=("http", "https")).rstrip("/")
 
 # --- HTTPS: off on a laptop; in production (behind the TLS-terminating nginx) each is switched on by env -------
 # Trust nginx's X-Forwarded-Proto to say the client used https. Only behind a proxy that always sets it.

@@ -83,6 +83,9 @@ def pipeline_config_from_settings() -> PipelineConfig:
         degraded_answers=settings.RAG_DEGRADED_ANSWERS,
         rate_limit_per_client=settings.RAG_RATE_LIMIT_PER_MINUTE,
         rate_limit_per_address=settings.RAG_RATE_LIMIT_PER_ADDRESS_PER_MINUTE,
+        # answers carry these links to wherever they are shown: absolute once PUBLIC_BASE_URL says where we are
+        forms_base_url=settings.PUBLIC_BASE_URL + "/forms/",
+        forms_export_url=settings.PUBLIC_BASE_URL + "/api/v1/rag/forms/export.csv",
     )
 
 

@@ -19,9 +19,11 @@ from chatbot.apikeys.selectors import CheckedKey, KeyRefused, api_key_check, api
 
 __all__ = [
     "KEY_PREFIX",
+    "TASK_RATE_FACTOR",
     "CreatedKey",
     "KeyRefused",
     "RateLimited",
+    "api_key_admit",
     "api_key_allows_scope",
     "api_key_authorise",
     "api_key_create",
@@ -33,14 +35,23 @@ __all__ = [
 ]
 
 KEY_PREFIX = "hc-"
+# A chat client's background tasks (titles, tags, follow-ups: `chatbot.openai_api.tasks`) are counted apart from the
+# answers, against this many times the key's limit: Open WebUI sends three with a new chat and one with each turn,
+# and they must not use up the requests its people ask with.
+TASK_RATE_FACTOR = 4
 PREFIX_CHARS = 11  # "hc-" and eight characters of the secret: shown in lists, enough to tell keys apart
 
 
 class RateLimited(Exception):
     """The key used up its requests for this minute; `retry_after` seconds until the next one."""
 
-    def __init__(self, key: CheckedKey, retry_after: int) -> None:
-        super().__init__(f"API key {key.prefix}… is limited to {key.rate_limit_per_minute} requests per minute")
+    def __init__(self, key: CheckedKey, retry_after: int, *, task: bool = False) -> None:
+        if task:
+            limit = key.rate_limit_per_minute * TASK_RATE_FACTOR
+            what = f"API key {key.prefix}… is limited to {limit} background tasks (titles, tags...) per minute"
+        else:
+            what = f"API key {key.prefix}… is limited to {key.rate_limit_per_minute} requests per minute"
+        super().__init__(what)
         self.retry_after = retry_after
         self.message = str(self)
 
@@ -101,18 +112,19 @@ def api_key_revoke(*, prefix: str) -> ApiKey:
     return key
 
 
-def api_key_rate_check(key: CheckedKey, *, now: float | None = None) -> None:
-    """Count one request against the key's limit in the current minute; RateLimited past it.
+def api_key_rate_check(key: CheckedKey, *, now: float | None = None, task: bool = False) -> None:
+    """Count one request against the key's limit in the current minute; RateLimited past it. A client's background
+    task (`task`) counts in a window of its own, against `TASK_RATE_FACTOR` times the limit.
 
     A fixed one-minute window in Django's cache: with Redis (`REDIS_URL`) one count for every worker; with the
     embedded in-memory cache, one per worker process.
     """
-    limit = key.rate_limit_per_minute
+    limit = key.rate_limit_per_minute * (TASK_RATE_FACTOR if task else 1)
     if limit <= 0:
         return
     now = time.time() if now is None else now
     window = int(now // 60)
-    name = f"apikey-rate:{key.id}:{window}"
+    name = f"apikey-{'task-' if task else ''}rate:{key.id}:{window}"
     cache.add(name, 0, timeout=120)
     try:
         count = cache.incr(name)
@@ -120,7 +132,7 @@ def api_key_rate_check(key: CheckedKey, *, now: float | None = None) -> None:
         cache.set(name, 1, timeout=120)
         count = 1
     if count > limit:
-        raise RateLimited(key, max(1, math.ceil((window + 1) * 60 - now)))
+        raise RateLimited(key, max(1, math.ceil((window + 1) * 60 - now)), task=task)
 
 
 def api_key_used(*, key_id: int) -> None:
@@ -132,15 +144,21 @@ def api_key_tokens_add(*, key_id: int, tokens: int) -> None:
         ApiKey.objects.filter(pk=key_id).update(tokens=F("tokens") + tokens)
 
 
-def api_key_authorise(*, authorization: str, scope: str, rate_limited: bool = True) -> CheckedKey:
+def api_key_authorise(*, authorization: str, scope: str, rate_limited: bool = True, task: bool = False) -> CheckedKey:
     """The one check of a request with a key: known, live, scoped, within its rate limit (unless
-    `rate_limited` is False: listing models asks nothing of the LLM); then counted. Raises KeyRefused or
-    RateLimited."""
+    `rate_limited` is False: listing models asks nothing of the LLM; a client's background `task` in its own
+    window); then counted. Raises KeyRefused or RateLimited."""
     key = api_key_check(secret=bearer_secret(authorization), scope=scope)
-    if rate_limited:
-        api_key_rate_check(key)
-    api_key_used(key_id=key.id)
+    api_key_admit(key, rate_limited=rate_limited, task=task)
     return key
+
+
+def api_key_admit(key: CheckedKey, *, rate_limited: bool = True, task: bool = False) -> None:
+    """The second half of `api_key_authorise`, for a caller that must read the request before it knows which
+    window counts it: the rate limit (RateLimited), then the use counted."""
+    if rate_limited:
+        api_key_rate_check(key, task=task)
+    api_key_used(key_id=key.id)
 
 
 def api_key_allows_scope(*, authorization: str, scope: str) -> bool:

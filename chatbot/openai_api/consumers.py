@@ -8,6 +8,12 @@ before its first token (`busy` -> 429 with `Retry-After`, `unavailable` -> 503, 
 OpenAI error the SDKs raise and retry by. A stream holds its 200 until the first token, at most
 `status_hold_seconds`; an error after that is an `{"error": ...}` chunk (the SDKs raise it too), then
 `data: [DONE]`.
+
+A client's background task (a title, tags, follow-ups: `chatbot.openai_api.tasks`) is answered apart from the
+pipeline (`chatbot.openai_api.task_answers`): no exchange, no recorded conversation, no cache, its own rate window.
+
+Every refusal (4xx) is logged at WARNING with its status, code and message: what the client was told is what an
+operator reads.
 """
 
 from __future__ import annotations
@@ -17,23 +23,27 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 
 from chatbot import drain, lifecycle, security
 from chatbot.apikeys.models import SCOPE_CHAT
-from chatbot.apikeys.selectors import CheckedKey, KeyRefused
-from chatbot.apikeys.services import RateLimited, api_key_authorise, api_key_tokens_add
+from chatbot.apikeys.selectors import CheckedKey, KeyRefused, api_key_check, bearer_secret
+from chatbot.apikeys.services import RateLimited, api_key_admit, api_key_authorise, api_key_tokens_add
 from chatbot.consumers.common import stream_open
 from chatbot.consumers.sse import Header, _StreamingHttpConsumer
 from chatbot.openai_api.chunks import CompletionBuilder, usage_of
 from chatbot.openai_api.errors import ApiError, api_error, error_from_event
 from chatbot.openai_api.request import CompletionRequest, body_decode, completion_request_parse
+from chatbot.openai_api.task_answers import TaskAnswer, client_task_answer
 from chatbot.replay import LiveStream
 from chatbot.streaming import BadRequest, exchange_open
 from rag.events import TERMINAL_CHANNELS, Event
+from rag.provider import get_runtime
 from rag.runtime import BACKENDS
 from rag.workflows.selectors import workflow_published
 
@@ -56,6 +66,20 @@ def _authorise(authorization: str, *, rate_limited: bool = True) -> CheckedKey:
         raise api_error("rate_limit_exceeded", exc.message, retry_after=exc.retry_after) from None
 
 
+def _admit(authorization: str, body: bytes) -> tuple[CheckedKey, CompletionRequest]:
+    """The key checked, the body read, then the request counted in its window (a question's or a task's)."""
+    try:
+        key = api_key_check(secret=bearer_secret(authorization), scope=SCOPE_CHAT)
+    except KeyRefused as exc:
+        raise api_error(exc.code, exc.message) from None
+    request = completion_request_parse(body_decode(body), client_id=key.client_id)
+    try:
+        api_key_admit(key, task=request.task is not None)
+    except RateLimited as exc:
+        raise api_error("rate_limit_exceeded", exc.message, retry_after=exc.retry_after) from None
+    return key, request
+
+
 class _OpenAIConsumer(_StreamingHttpConsumer):
     """Errors in OpenAI's shape, no client cookie (a key says who the caller is)."""
 
@@ -70,9 +94,23 @@ class _OpenAIConsumer(_StreamingHttpConsumer):
     ) -> None:
         # The base class's refusals (405, 413) in OpenAI's shape.
         error = api_error(code, message)
+        if 400 <= status < 500:
+            logger.warning(
+                "%s %s refused: %d %s: %s",
+                self.scope.get("method", ""),
+                self.scope.get("path", ""),
+                status,
+                code,
+                message,
+            )
         await self._send_json(status, error.body(), extra_headers)
 
     async def _send_error(self, error: ApiError) -> None:
+        if 400 <= error.status < 500:
+            path = self.scope.get("path", "")
+            logger.warning(
+                "%s %s refused: %d %s: %s", self.scope.get("method", ""), path, error.status, error.code, error.message
+            )
         await self._send_json(error.status, error.body(), error.headers())
 
 
@@ -139,8 +177,10 @@ class ChatCompletionsConsumer(_OpenAIConsumer):
             return
         drain.transport_started()  # a drain waits for this response to send its end (an `unavailable` at worst)
         try:
-            key = await database_sync_to_async(_authorise)(self._authorization())
-            request = completion_request_parse(body_decode(body), client_id=key.client_id)
+            key, request = await database_sync_to_async(_admit)(self._authorization(), body)
+            if request.task is not None:
+                await self._answer_task(request)
+                return
             exchange = await exchange_open(request.ask)
         except ApiError as error:
             await self._send_error(error)
@@ -162,6 +202,48 @@ class ChatCompletionsConsumer(_OpenAIConsumer):
         if summary is not None:
             _count_tokens(key, summary)
 
+    async def _answer_task(self, request: CompletionRequest) -> None:
+        """A client's background task: answered by the LLM or the rules, never by the pipeline, never recorded."""
+        assert request.task is not None
+        started = time.monotonic()
+        deps = await get_runtime().deps()
+        answer = await client_task_answer(request.task, backend=request.model, deps=deps)
+        logger.info(
+            "client task %s (%s) answered by %s in %.0f ms",
+            request.task.kind,
+            request.task.client,
+            answer.answered_by,
+            (time.monotonic() - started) * 1000,
+        )
+        builder = CompletionBuilder(model=request.model, request_id=uuid.uuid4().hex)
+        summary = _task_summary(answer)
+        builder.take({"channel": "answer", "delta": answer.text})
+        if not request.stream:
+            await self._send_json(200, builder.completion(summary))
+            return
+        frames = [
+            builder.role_chunk(),
+            builder.content_chunk(answer.text),
+            builder.final_chunk(summary),
+        ]
+        if request.include_usage:
+            frames.append(builder.usage_chunk(summary))
+        await self.send_headers(
+            status=200,
+            headers=[(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")],
+        )
+        await self.send_body(b"".join(data_frame(frame) for frame in frames) + DONE, more_body=False)
+
+
+def _task_summary(answer: TaskAnswer) -> Event:
+    """What the completion builder needs of a task's answer: its usage (and no sources)."""
+    usage = {
+        "input_tokens": answer.prompt_tokens,
+        "output_tokens": answer.completion_tokens,
+        "total_tokens": answer.prompt_tokens + answer.completion_tokens,
+    }
+    return {"channel": "meta_summary", "usage": usage, "sources": []}
+
 
 def _count_tokens(key: CheckedKey, summary: Event) -> None:
     """Add the answer's tokens to the key's counter, off the response's path."""
@@ -180,7 +262,9 @@ class _Relay:
         self.consumer = consumer
         self.request = request
         self.stream = stream
-        self.builder = CompletionBuilder(model=request.model, request_id=stream.request_id)
+        self.builder = CompletionBuilder(
+            model=request.model, request_id=stream.request_id, base_url=settings.PUBLIC_BASE_URL
+        )
         self.committed = False
         self.ended = False
         self.lock = asyncio.Lock()  # the hold timer and the relay both may send the 200
@@ -261,7 +345,10 @@ class _Relay:
         if event["channel"] == "error":
             await self.consumer.send_body(data_frame(error_from_event(event).body()) + DONE, more_body=False)
             return None
-        frames = [data_frame(self.builder.final_chunk(event))]
+        frames = []
+        if (annotations := self.builder.annotations_chunk(event)) is not None:
+            frames.append(data_frame(annotations))
+        frames.append(data_frame(self.builder.final_chunk(event)))
         if self.request.include_usage:
             frames.append(data_frame(self.builder.usage_chunk(event)))
         await self.consumer.send_body(b"".join(frames) + DONE, more_body=False)

@@ -9,8 +9,13 @@
 - `stream`, `stream_options.include_usage` are honoured. `max_tokens`, `max_completion_tokens`, `temperature`,
   `top_p`, `presence_penalty`, `frequency_penalty` and `seed` are checked for their type and otherwise ignored,
   as are `stop`, `user` and fields this API does not know: the length and style of an answer are the
-  deployment's (its prompts and LLM settings). `n` must be 1; `tools` and `response_format` other than text are
-  refused.
+  deployment's (its prompts and LLM settings). `n` must be 1; `response_format` other than text is refused.
+- `tools`, `tool_choice`, `parallel_tool_calls`, `functions` and `function_call` are checked for their type and
+  ignored: the assistant answers from the help centre and never calls a tool (no `tool_calls` ever come back).
+  Clients send their tools with every chat (Open WebUI its built-in ones), and refusing them refused every chat.
+- A client's background task (a chat title, tags, follow-up suggestions, search queries, autocompletion, as Open
+  WebUI, LibreChat and LobeChat send them: `chatbot.openai_api.tasks`) is recognised here and answered apart from
+  the pipeline; its prompt may be longer than a question.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatbot.openai_api.errors import ApiError, api_error
+from chatbot.openai_api.tasks import ClientTask, client_task_detect
 from chatbot.services import HISTORY_TURNS
 from chatbot.streaming import AskInput
 from concurrency.jsonio import JsonInputError, json_decode
@@ -30,6 +36,11 @@ from rag.state import Turn
 _IGNORED_NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _IGNORED_INTEGERS = ("max_tokens", "max_completion_tokens", "seed")
 _ROLES = ("system", "developer", "user", "assistant")
+# Accepted and ignored (type-checked): the assistant never calls tools.
+_IGNORED_ARRAYS = ("tools", "functions")
+_IGNORED_CHOICES = ("tool_choice", "function_call")  # "none" / "auto" / "required" or an object naming one
+# A task's prompt carries the chat it is about (Open WebUI's follow-ups: the last 5 messages, answers included).
+TASK_PROMPT_MAX_CHARS = 32_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +49,8 @@ class CompletionRequest:
     ask: AskInput
     stream: bool
     include_usage: bool
+    # A client's background task (title, tags...), answered apart from the pipeline; None for a question.
+    task: ClientTask | None = None
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -64,7 +77,9 @@ def completion_request_parse(payload: dict[str, Any], *, client_id: str) -> Comp
     if stream is not None and not isinstance(stream, bool):
         raise _bad(f"'stream' must be true or false, not {json.dumps(stream)}", "stream")
     include_usage = _include_usage(payload.get("stream_options"), stream=bool(stream))
-    question, history = _conversation(payload.get("messages"))
+    messages = _messages(payload.get("messages"))
+    task = client_task_detect(messages)
+    question, history = _conversation(messages, max_chars=TASK_PROMPT_MAX_CHARS if task else None)
     ask = AskInput(
         question=question,
         backend=model,
@@ -75,7 +90,7 @@ def completion_request_parse(payload: dict[str, Any], *, client_id: str) -> Comp
         # never degraded: an API client gets 429/503/504 and retries, as OpenAI clients do
         degraded_allowed=False,
     )
-    return CompletionRequest(model=model, ask=ask, stream=bool(stream), include_usage=include_usage)
+    return CompletionRequest(model=model, ask=ask, stream=bool(stream), include_usage=include_usage, task=task)
 
 
 def _model(model: Any) -> str:
@@ -102,8 +117,17 @@ def _check_options(payload: dict[str, Any]) -> None:
     n = payload.get("n")
     if n is not None and n != 1:
         raise _bad(f"'n' must be 1: one answer per request, not {json.dumps(n)}", "n")
-    if payload.get("tools"):
-        raise _bad("'tools' are not supported: the assistant answers from the help centre only", "tools")
+    for name in _IGNORED_ARRAYS:
+        value = payload.get(name)
+        if value is not None and not isinstance(value, list):
+            raise _bad(f"'{name}' must be an array, not {json.dumps(value)[:80]}", name)
+    for name in _IGNORED_CHOICES:
+        value = payload.get(name)
+        if value is not None and not isinstance(value, (str, dict)):
+            raise _bad(f"'{name}' must be a string or an object, not {json.dumps(value)[:80]}", name)
+    parallel = payload.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise _bad(f"'parallel_tool_calls' must be true or false, not {json.dumps(parallel)}", "parallel_tool_calls")
     response_format = payload.get("response_format")
     if response_format is not None and (not isinstance(response_format, dict) or response_format.get("type") != "text"):
         raise _bad('\'response_format\' other than {"type": "text"} is not supported', "response_format")
@@ -122,22 +146,29 @@ def _include_usage(options: Any, *, stream: bool) -> bool:
     return include
 
 
-def _conversation(messages: Any) -> tuple[str, tuple[Turn, ...]]:
+def _messages(messages: Any) -> list[Turn]:
+    """Every message as (role, text), checked; the last must be the user's."""
     if messages is None:
         raise _bad("'messages' is required", "messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty array", "messages")
-    turns: list[Turn] = []
-    for index, message in enumerate(messages):
-        role, text = _message(message, index)
-        if role in ("user", "assistant"):
-            turns.append(Turn(role=role, content=text))
-    if not turns or turns[-1].role != "user" or messages[-1].get("role") != "user":
+    checked = [Turn(*_message(message, index)) for index, message in enumerate(messages)]
+    if checked[-1].role != "user":
         raise _bad("the last message must be the user's question (role 'user')", "messages")
+    return checked
+
+
+def _conversation(messages: list[Turn], *, max_chars: int | None) -> tuple[str, tuple[Turn, ...]]:
+    turns = [turn for turn in messages if turn.role in ("user", "assistant")]
     question = turns[-1].content
     if not question.strip():
         raise _bad("the last user message is empty", "messages")
-    if too_long := question_too_long(question, subject="the last user message"):
+    if max_chars is not None:
+        if len(question) > max_chars:
+            raise _bad(
+                f"the last user message is too long ({len(question)} characters, at most {max_chars})", "messages"
+            )
+    elif too_long := question_too_long(question, subject="the last user message"):
         raise _bad(too_long, "messages")
     history = tuple(turn for turn in turns[:-1] if turn.content.strip())
     return question, history[-HISTORY_TURNS * 2 :]

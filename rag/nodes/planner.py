@@ -76,8 +76,12 @@ class Planner:
         self._history_chars = history_chars
 
     async def run(self, state: PipelineState, writer: StreamWriter) -> str | None:
-        if self._llm is None:
-            return await self._apply(state, writer, self._rules(state), source="rules")
+        rules = self._rules(state)
+        # An instruction about the previous answer ("More Concise", "簡短一點", "in English please": a client's
+        # regenerate-with-instruction) is recognised by the rules without a model call: a model that read it as a
+        # new question sent it to the retriever, and the answer cited whatever "concise" matched.
+        if self._llm is None or rules.intent == CONVERSATION_FOLLOWUP:
+            return await self._apply(state, writer, rules, source="rules")
         try:
             plan, adjusted = await self._plan_with_llm(state, writer)
         except calls.FALLBACK_ERRORS as exc:
@@ -86,7 +90,7 @@ class Planner:
             return await self._apply(
                 state,
                 writer,
-                self._rules(state),
+                rules,
                 source="rules_fallback",
                 fallback_reason=calls.fallback_reason(exc),
                 detail=calls.fallback_detail(exc),

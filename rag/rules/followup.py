@@ -75,6 +75,7 @@ _INSTRUCTIONS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ELABORATE,
         re.compile(
             r"詳細|详细|多說|多说|再說|再说|說明更多|更多細節|更多细节|展開|展开|\belaborate\b|\bmore detail|"
+            r"\badd details?\b|"
             r"\btell me more\b|\bexplain more\b|\bexplain (?:it|that|this) (?:again|further|in detail)\b|\bexpand\b"
         ),
     ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -135,7 +136,9 @@ async def test_earlier_turns_are_the_conversation_and_system_messages_are_ignore
             "stream_options",
             "only allowed when 'stream' is true",
         ),
-        ({"model": "chat", "tools": [{"type": "function"}], "messages": QUESTION}, "tools", ""),
+        ({"model": "chat", "tools": {"type": "function"}, "messages": QUESTION}, "tools", "must be an array"),
+        ({"model": "chat", "tool_choice": 3, "messages": QUESTION}, "tool_choice", "a string or an object"),
+        ({"model": "chat", "parallel_tool_calls": "yes", "messages": QUESTION}, "parallel_tool_calls", "true or"),
         ({"model": "chat", "messages": [{"role": "user", "content": "x" * 2001}]}, "messages", "the limit is 2000"),
         ({"model": "chat", "messages": [{"role": "user", "content": "x\ud800"}]}, "messages", "content contains a"),
         ({"model": "chat", "messages": [{"role": "user", "content": "x\x00"}]}, "messages", "contains a NUL"),
@@ -273,3 +276,25 @@ async def test_a_draining_worker_answers_503_with_retry_after(chat_key: CreatedK
     assert (error["type"], error["code"]) == ("service_unavailable_error", "unavailable")
     assert response.headers["retry-after"] == "1"
     assert await Message.objects.acount() == 0
+
+
+async def test_a_refusal_is_logged_with_its_status_and_reason(chat_key: CreatedKey) -> None:
+    # A handler of its own: the ASGI application's start applies Django's LOGGING, which replaces pytest's capture.
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.WARNING)
+    logger = logging.getLogger("chatbot.openai_api.consumers")
+    logger.addHandler(handler)
+    try:
+        await api_request(COMPLETIONS, completion_body(), secret="hc-not-a-key")
+        await api_request(COMPLETIONS, json.dumps({"model": "gpt-4"}).encode(), secret=chat_key.secret)
+    finally:
+        logger.removeHandler(handler)
+
+    lines = [r.getMessage() for r in records]
+    assert any("401 invalid_api_key" in line and "/v1/chat/completions" in line for line in lines), lines
+    assert any("404 model_not_found" in line and "'gpt-4'" in line for line in lines), lines
