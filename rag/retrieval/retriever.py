@@ -19,13 +19,18 @@ Chunks in the asked language get their score multiplied by `language_boost`, whi
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Literal
 
+from rag.deps import SearchReport
+from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import LEXICAL, OPENAI, SENTENCE_TRANSFORMERS, AsyncEmbedder, Embedder, embedder_kind
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
 from rag.state import RetrievedChunk
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODE: SearchMode = "sparse"
 # per embedder kind (rag.retrieval.embedding.embedder_kind); see the module docstring
@@ -71,6 +76,7 @@ class StoreRetriever:
         settings: SearchSettings | None = None,
         language_policy: LanguagePolicy = "boost",
         language_boost: float = 1.2,
+        breaker: EmbedderBreaker | None = None,
     ) -> None:
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}")
@@ -83,6 +89,10 @@ class StoreRetriever:
         self.settings = settings or SearchSettings()
         self.language_policy = language_policy
         self.language_boost = language_boost
+        # a network embedder's queries: bounded, and skipped for a while after a failure (rag.retrieval.breaker)
+        self.breaker = breaker
+        if breaker is None and isinstance(embedder, AsyncEmbedder):
+            self.breaker = EmbedderBreaker(name=embedder.name, timeout=10.0, retry_seconds=15.0)
 
     def close(self) -> None:
         """Close the store (releases local mode's folder lock)."""
@@ -91,18 +101,57 @@ class StoreRetriever:
     async def search(
         self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
     ) -> list[RetrievedChunk]:
+        return (await self.search_report(query, limit=limit, language=language, kind=kind)).chunks
+
+    async def search_report(
+        self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
+    ) -> SearchReport:
+        """The search, and whether it had to do without the dense side: a network embedder that fails, is too
+        slow (`breaker.timeout`) or failed moments ago leaves BM25 alone to answer, flagged in the report."""
         if limit < 1 or not query.strip():
-            return []
-        dense: list[float] | None = None
-        if self.mode != "sparse" and isinstance(self.embedder, AsyncEmbedder):
-            dense = await self.embedder.aembed_query(query)
-        return await asyncio.to_thread(self._search, query, dense=dense, limit=limit, language=language, kind=kind)
+            return SearchReport([])
+        mode, dense, fallback = self.mode, None, ""
+        if mode != "sparse" and isinstance(self.embedder, AsyncEmbedder):
+            dense, fallback = await self._query_vector(self.embedder, query)
+            if dense is None:
+                mode = "sparse"
+        chunks = await asyncio.to_thread(
+            self._search, query, dense=dense, limit=limit, language=language, kind=kind, mode=mode
+        )
+        return SearchReport(chunks, fallback)
+
+    async def _query_vector(self, embedder: AsyncEmbedder, query: str) -> tuple[list[float] | None, str]:
+        """(the query's vector, "") or (None, why there is none)."""
+        breaker = self.breaker
+        if breaker is None:
+            return await embedder.aembed_query(query), ""
+        if not breaker.allow():
+            return None, "embedder_unavailable"
+        try:
+            vector = await asyncio.wait_for(embedder.aembed_query(query), breaker.timeout)
+        except TimeoutError:
+            breaker.failed(f"no vector within {breaker.timeout:g} s")
+            return None, "embedder_timeout"
+        except Exception as exc:  # any failure of the embedder: BM25 still answers
+            breaker.failed(f"{type(exc).__name__}: {exc}")
+            return None, "embedder_error"
+        breaker.succeeded()
+        return vector, ""
 
     def search_sync(
-        self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
+        self,
+        query: str,
+        *,
+        limit: int,
+        language: str | None = None,
+        kind: str | None = None,
+        dense: list[float] | None = None,
+        mode: SearchMode | None = None,
     ) -> list[RetrievedChunk]:
-        """The blocking search, for threads and commands (never call it on the event loop)."""
-        return self._search(query, dense=None, limit=limit, language=language, kind=kind)
+        """The blocking search, for threads and commands (never call it on the event loop). `dense`: the query's
+        vector when the caller has it (an evaluation asking one question in several modes); `mode`: another
+        mode than the retriever's."""
+        return self._search(query, dense=dense, limit=limit, language=language, kind=kind, mode=mode or self.mode)
 
     async def document_chunks(self, doc_id: str, *, limit: int) -> list[RetrievedChunk]:
         """One document's chunks in the document's order, at most `limit` (a procedure written as sections is
@@ -114,15 +163,22 @@ class StoreRetriever:
         return [to_chunk(hit) for hit in self.store.document_points(doc_id, limit=limit)]
 
     def _search(
-        self, query: str, *, dense: list[float] | None, limit: int, language: str | None, kind: str | None
+        self,
+        query: str,
+        *,
+        dense: list[float] | None,
+        limit: int,
+        language: str | None,
+        kind: str | None,
+        mode: SearchMode,
     ) -> list[RetrievedChunk]:
         if limit < 1 or not query.strip():
             return []
         preferred = _CORPUS_LANGUAGE.get(language or "")
         boosting = self.language_policy == "boost" and preferred is not None
-        if dense is None and self.mode != "sparse":
+        if dense is None and mode != "sparse":
             dense = self.embedder.embed_query(query)
-        sparse = self.encoder.encode_query(query) if self.mode != "dense" else None
+        sparse = self.encoder.encode_query(query) if mode != "dense" else None
         hits = self.store.search(
             dense,
             sparse,
@@ -130,7 +186,7 @@ class StoreRetriever:
             limit=max(limit * 3, limit + 10) if boosting else limit,
             language=preferred if self.language_policy == "filter" else None,
             kind=kind,
-            mode=self.mode,
+            mode=mode,
             settings=self.settings,
         )
         if boosting:
