@@ -36,6 +36,7 @@ from concurrency.live import live_settings_preload, register_stats_provider
 from concurrency.live.apply import on_settings_applied, settings_current
 from concurrency.live.workers import redis_config, worker_id, workers_index_key
 from concurrency.manager import get_manager
+from concurrency.selectors import concurrency_settings_env_differences
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
@@ -490,6 +491,23 @@ def warm_up() -> None:
 
     # after the runtime is built: its callbacks (the sample rate) follow the row from the start too
     live_settings_preload()
+    warn_environment_differences()
+
+
+def warn_environment_differences() -> None:
+    """Say at start-up where the environment's LLM limits (and the other seeds of the settings row) differ from the
+    saved settings, which win: a changed `LLM_MAX_CONCURRENT_CHAT` is otherwise silently ignored."""
+    applied = settings_current()
+    if applied is None:
+        return  # the row could not be read: the environment's values serve until it can
+    differences = concurrency_settings_env_differences(snapshot=applied)
+    if differences:
+        logger.warning(
+            "LLM concurrency settings: the environment differs from the saved settings (v%s), which win: %s. "
+            "Apply the environment's with `manage.py concurrency_settings --from-env`, or edit them in the console.",
+            applied.version,
+            "; ".join(str(difference) for difference in differences),
+        )
 
 
 def reset_runtime() -> None:
