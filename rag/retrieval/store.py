@@ -95,7 +95,7 @@ class SearchSettings:
     candidates: int = 50  # per-source depth before fusion / re-scoring
     rrf_k: int = 60
     rescore_weight: float = 0.1  # hybrid_rescore: bm25/max(bm25) + weight * cosine
-    dense_weight: float = 0.5  # hybrid_weighted: (1 - w) * bm25 + w * cosine, each min-max normalised
+    dense_weight: float = 0.3  # hybrid_weighted: (1 - w) * bm25 + w * cosine, each min-max normalised
 
 
 def new_version() -> str:

