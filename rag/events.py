@@ -67,7 +67,7 @@ class StatusPayload(TypedDict, total=False):
     language: str
     hits: int
     failed: int
-    fallback: str  # the search ran on BM25 alone: why (rag.deps.SearchReport)
+    fallback: str  # why the search ran on BM25 alone (rag.deps.SearchReport), "" when it did not
     # response synthesis (`generate`)
     task: str
     answer_source: str

@@ -72,7 +72,7 @@ class ToolExecutor:
             language=language or "any",
             hits=len(state.retrieved),
             failed=len(results) - len(ranked),
-            **({"fallback": state.retrieval_fallback} if state.retrieval_fallback else {}),
+            fallback=state.retrieval_fallback,
             ms=round((time.perf_counter() - started) * 1000, 1),
         )
         return None

@@ -81,7 +81,7 @@ def test_a_stopped_embedder_leaves_bm25_to_answer_is_named_and_is_used_again_whe
             for article in Path(env["CORPUS_DIR"]).iterdir():
                 if not any(topic in article.name for topic in KEPT_ARTICLES):
                     shutil.rmtree(article) if article.is_dir() else article.unlink()
-            manage(env, "migrate", "--noinput")
+            manage(env, "migrate", "--noinput", timeout=600)
             manage(env, "reindex", timeout=600)
             with running_workers([env]) as (worker,):
                 _stop_and_come_back(worker.url, e5, real_models)
