@@ -250,7 +250,8 @@ EMBEDDING_RETRY_SECONDS = env_float("EMBEDDING_RETRY_SECONDS", 15.0, minimum=0.0
 # A local sentence-transformers model folder (needs requirements-st.txt); never a hub name, nothing is downloaded.
 SENTENCE_TRANSFORMERS_MODEL = env_str("SENTENCE_TRANSFORMERS_MODEL")
 # Retrieval fusion: "" = the default of the embedder kind (lexical: sparse; a real model: hybrid_weighted), or one
-# of sparse, dense, hybrid_rrf, hybrid_weighted, hybrid_rescore; the knobs of the hybrid modes (see docs/benchmarks/retrieval.md).
+# of sparse, dense, hybrid_rrf, hybrid_weighted, hybrid_rescore; the knobs of the hybrid modes
+# (see docs/benchmarks/retrieval.md).
 RAG_SEARCH_MODE = env_choice(
     "RAG_SEARCH_MODE", "", ("", "sparse", "dense", "hybrid_rrf", "hybrid_weighted", "hybrid_rescore")
 )

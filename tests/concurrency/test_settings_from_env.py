@@ -91,7 +91,8 @@ def test_the_command_applies_the_environment_live(chat_limit_changed: int) -> No
     row = concurrency_settings_get()
     assert (row.limit_chat, row.version) == (2, 2)
     # through the settings service: applied in this process (and broadcast to the others) on commit
-    assert settings_current() is not None and settings_current().version == 2
+    applied = settings_current()
+    assert applied is not None and applied.version == 2
     assert get_manager().limit("chat") == 2
     assert concurrency_settings_env_differences(snapshot=concurrency_settings_snapshot()) == []
 
