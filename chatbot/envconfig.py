@@ -27,6 +27,13 @@ def env_str(name: str, default: str = "") -> str:
     return str(env.str(name, default=default)).strip()
 
 
+def env_text(name: str) -> str:
+    """A text kept as written, spaces included (a prefix such as "query: " ends with one); only a value that is
+    nothing but spaces counts as empty."""
+    raw = str(env.str(name, default=""))
+    return raw if raw.strip() else ""
+
+
 def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
     raw = env.str(name, default="").strip()
     if raw == "":

@@ -2,8 +2,9 @@
 
 `/api/v1/health` says the process answers; readiness says a question sent here would get an answer: the worker
 is not draining, the database answers, the channel layer carries a message to this worker and back, the vector
-store is open and searchable (a replica loaded, or the Qdrant server counting points), and the LLM server
-answers (or the worker runs offline). A proxy's health check or Kubernetes' readiness probe points at it, so
+store is open and searchable (a replica loaded, or the Qdrant server counting points), the LLM server
+answers (or the worker runs offline), and a network embedder embeds (a stopped one is named, though questions
+are then answered from BM25 alone). A proxy's health check or Kubernetes' readiness probe points at it, so
 traffic goes only to workers that can serve it.
 
 Every check has its own timeout and they run side by side, so a probe answers within `CHECK_TIMEOUT_SECONDS`
@@ -38,6 +39,7 @@ LLM_CHECK_TTL_SECONDS = 5.0
 _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="readiness")
 _in_flight: dict[str, Future[Any]] = {}  # blocking checks still running, by name
 _llm_memo: tuple[float, Check] | None = None
+_embedder_memo: tuple[float, Check] | None = None
 
 
 class NotReady(Exception):
@@ -146,6 +148,36 @@ async def check_llm() -> str:
     return check.detail
 
 
+async def _embedder_answers() -> str:
+    """A network embedder embeds one word (what the retriever needs of it: a `/models` list proves nothing).
+    While it cannot, questions are still answered, from BM25 alone (rag.retrieval.breaker)."""
+    base_url = settings.EMBEDDING_BASE_URL
+    if not base_url:
+        return "local model" if settings.SENTENCE_TRANSFORMERS_MODEL else "offline lexical embedding"
+    url = base_url.rstrip("/") + "/embeddings"
+    api_key = settings.EMBEDDING_API_KEY
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = {"model": settings.EMBEDDING_MODEL, "input": ["ready"], "encoding_format": "float"}
+    async with httpx.AsyncClient(timeout=CHECK_TIMEOUT_SECONDS) as client:
+        try:
+            response = await client.post(url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise NotReady(f"{url} does not answer ({type(exc).__name__}): searches run on BM25 alone") from exc
+    if response.status_code >= 400:
+        raise NotReady(f"{url} answers HTTP {response.status_code}: searches run on BM25 alone")
+    return f"{url} embeds"
+
+
+async def check_embedder() -> str:
+    global _embedder_memo
+    memo = _embedder_memo
+    if memo is None or time.monotonic() - memo[0] >= LLM_CHECK_TTL_SECONDS:
+        memo = _embedder_memo = (time.monotonic(), await _timed(_embedder_answers))
+    if not memo[1].ok:
+        raise NotReady(memo[1].detail)
+    return memo[1].detail
+
+
 async def _timed(check: Callable[[], Awaitable[str]]) -> Check:
     started = time.perf_counter()
     try:
@@ -165,6 +197,7 @@ CHECKS: dict[str, Callable[[], Awaitable[str]]] = {
     "channel_layer": check_channel_layer,
     "store": check_store,
     "llm": check_llm,
+    "embedder": check_embedder,
 }
 
 
@@ -183,6 +216,6 @@ async def readiness() -> dict[str, Check]:
 
 
 def reset_for_tests() -> None:
-    global _llm_memo
-    _llm_memo = None
+    global _llm_memo, _embedder_memo
+    _llm_memo = _embedder_memo = None
     _in_flight.clear()

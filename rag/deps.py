@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rag.ratelimit import RateRule
 from rag.state import RetrievedChunk
@@ -21,6 +21,24 @@ class Retriever(Protocol):
     ) -> list[RetrievedChunk]:
         """Best chunks for `query`, best first. `kind="form"` restricts to downloadable forms."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class SearchReport:
+    """A search's chunks, and why it ran without its dense side ("" when it did not: a sparse mode, or the
+    embedder answered). Reasons: embedder_timeout, embedder_error, embedder_unavailable (recently failed)."""
+
+    chunks: list[RetrievedChunk]
+    fallback: str = ""
+
+
+@runtime_checkable
+class ReportingRetriever(Retriever, Protocol):
+    """A retriever that says how it searched (the store's); the tool executor flags a fallback to the client."""
+
+    async def search_report(
+        self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
+    ) -> SearchReport: ...
 
 
 class PromptSnapshot(Protocol):

@@ -67,6 +67,7 @@ class StatusPayload(TypedDict, total=False):
     language: str
     hits: int
     failed: int
+    fallback: str  # why the search ran on BM25 alone (rag.deps.SearchReport), "" when it did not
     # response synthesis (`generate`)
     task: str
     answer_source: str
@@ -106,6 +107,7 @@ class Summary(TypedDict, total=False):
     tools: list[str]
     cached: bool
     degraded: bool
+    retrieval_fallback: str  # "" or why a search ran on BM25 alone (the embedder failed): rag.deps.SearchReport
     skipped: list[dict[str, str]]  # auxiliary steps skipped for want of a slot: rag.state.SkippedStep.as_dict()
     sources: list[dict[str, Any]]  # rag.state.SourceRef.as_dict(): ref, doc_id, title, url, and optional keys
     attachments: list[Attachment]

@@ -173,6 +173,7 @@ class PipelineRun:
             "tools": list(state.tools_used),
             "cached": state.cache_hit is not None,
             "degraded": state.degraded,
+            "retrieval_fallback": state.retrieval_fallback,
             "skipped": [step.as_dict() for step in state.skipped],
             "sources": [source.as_dict() for source in state.sources],
             "attachments": [{"name": a.name, "url": a.url, "media_type": a.media_type} for a in state.attachments],

@@ -194,6 +194,8 @@ class PipelineState:
     loops: int = 0
     retrieved: list[RetrievedChunk] = field(default_factory=list)
     retrieval_verdict: str = ""
+    # why a search ran on BM25 alone (rag.deps.SearchReport.fallback: the embedder failed), "" when none did
+    retrieval_fallback: str = ""
     tools_used: list[str] = field(default_factory=list)
     # --- response ---
     answer: str = ""

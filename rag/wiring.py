@@ -36,12 +36,15 @@ from concurrency.live import live_settings_preload, register_stats_provider
 from concurrency.live.apply import on_settings_applied, settings_current
 from concurrency.live.workers import redis_config, worker_id, workers_index_key
 from concurrency.manager import get_manager
+from concurrency.selectors import concurrency_settings_env_differences
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
 from rag.prompting.prompts import RegistryPrompts
 from rag.ratelimit import RedisRateLimiter, SlidingWindowRateLimiter
-from rag.retrieval.embedding import LexicalEmbedder
+from rag.retrieval.breaker import EmbedderBreaker
+from rag.retrieval.embedding import AsyncEmbedder, LexicalEmbedder
+from rag.retrieval.prompts import EmbeddingPrompts, resolve_prompts
 from rag.retrieval.retriever import StoreRetriever, default_mode
 from rag.retrieval.st_embedder import (
     SentenceTransformerEmbedder,
@@ -189,6 +192,21 @@ def check_embedding_settings() -> None:
             raise ImproperlyConfigured(str(exc)) from exc
 
 
+def embedding_prompts_from_settings() -> EmbeddingPrompts:
+    """The query/passage markers of the configured model (rag.retrieval.prompts), refused at start-up when
+    EMBEDDING_INPUT_TYPE is malformed."""
+    model = settings.SENTENCE_TRANSFORMERS_MODEL or settings.EMBEDDING_MODEL
+    try:
+        return resolve_prompts(
+            model=model,
+            query_prefix=settings.EMBEDDING_QUERY_PREFIX,
+            passage_prefix=settings.EMBEDDING_PASSAGE_PREFIX,
+            input_type=settings.EMBEDDING_INPUT_TYPE,
+        )
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"EMBEDDING_INPUT_TYPE: {exc}") from exc
+
+
 def build_embedder(llm: Any = None) -> Any:
     """The process's embedder from the settings; a bad choice fails here, at start-up, naming the variable.
 
@@ -200,7 +218,9 @@ def build_embedder(llm: Any = None) -> Any:
     if settings.SENTENCE_TRANSFORMERS_MODEL:
         try:
             return SentenceTransformerEmbedder(
-                settings.SENTENCE_TRANSFORMERS_MODEL, batch_size=settings.EMBEDDING_BATCH_SIZE
+                settings.SENTENCE_TRANSFORMERS_MODEL,
+                batch_size=settings.EMBEDDING_BATCH_SIZE,
+                prompts=embedding_prompts_from_settings(),
             )
         except SentenceTransformersUnavailable as exc:
             raise ImproperlyConfigured(str(exc)) from exc
@@ -213,7 +233,7 @@ def build_embedder(llm: Any = None) -> Any:
                 llm = LLMBackend(llm_config_from_settings(), call_policy_config_from_settings())
             except ValueError as exc:
                 raise ImproperlyConfigured(f"embedding settings: {exc}") from exc
-        return OpenAIEmbedder(llm, home_loop=serving_loop)
+        return OpenAIEmbedder(llm, home_loop=serving_loop, prompts=embedding_prompts_from_settings())
     return LexicalEmbedder()
 
 
@@ -225,6 +245,19 @@ def search_settings_from_settings(embedder: Any) -> tuple[Any, Any]:
         candidates=settings.RAG_SEARCH_CANDIDATES,
         rrf_k=settings.RAG_SEARCH_RRF_K,
         rescore_weight=settings.RAG_SEARCH_RESCORE_WEIGHT,
+        dense_weight=settings.RAG_SEARCH_DENSE_WEIGHT,
+    )
+
+
+def embedder_breaker_from_settings(embedder: Any) -> EmbedderBreaker | None:
+    """The bound on a question's embedding and the pause after a failure, for a network embedder (a local one
+    cannot be down)."""
+    if not isinstance(embedder, AsyncEmbedder):
+        return None
+    return EmbedderBreaker(
+        name=getattr(embedder, "endpoint", embedder.name),
+        timeout=settings.EMBEDDING_QUERY_TIMEOUT,
+        retry_seconds=settings.EMBEDDING_RETRY_SECONDS,
     )
 
 
@@ -362,8 +395,9 @@ def build_deps() -> PipelineDeps:
     store = open_store_from_settings()
     store.sync()  # load the in-memory replica now, not at the first question
 
+    breaker = embedder_breaker_from_settings(embedder)
     deps = PipelineDeps(
-        retriever=StoreRetriever(store, embedder, mode=mode, settings=search_settings),
+        retriever=StoreRetriever(store, embedder, mode=mode, settings=search_settings, breaker=breaker),
         config=pipeline_config_from_settings(),
         rate_limiter=rate_limiter_from_settings(),
         llm=llm,
@@ -384,7 +418,15 @@ def build_deps() -> PipelineDeps:
     embedding_llm = getattr(embedder, "backend", None)
     if embedding_llm is not None and embedding_llm is not llm:
         deps.cleanups.append(follow_live_settings(embedding_llm))
-    logger.info("retrieval: embedder %s, search mode %s", embedder.name, mode)
+    if breaker is not None:
+        deps.cleanups.append(register_stats_provider("embedder", breaker.stats))
+    prompts = getattr(embedder, "prompts", None)
+    logger.info(
+        "retrieval: embedder %s (%s), search mode %s",
+        embedder.name,
+        prompts.describe() if isinstance(prompts, EmbeddingPrompts) else "no prompts",
+        mode,
+    )
     if settings.RAG_SEMANTIC_CACHE_ENABLED:
         _attach_semantic_cache(deps, store, embedder)
     return deps
@@ -452,6 +494,23 @@ def warm_up() -> None:
 
     # after the runtime is built: its callbacks (the sample rate) follow the row from the start too
     live_settings_preload()
+    warn_environment_differences()
+
+
+def warn_environment_differences() -> None:
+    """Say at start-up where the environment's LLM limits (and the other seeds of the settings row) differ from the
+    saved settings, which win: a changed `LLM_MAX_CONCURRENT_CHAT` is otherwise silently ignored."""
+    applied = settings_current()
+    if applied is None:
+        return  # the row could not be read: the environment's values serve until it can
+    differences = concurrency_settings_env_differences(snapshot=applied)
+    if differences:
+        logger.warning(
+            "LLM concurrency settings: the environment differs from the saved settings (v%s), which win: %s. "
+            "Apply the environment's with `manage.py concurrency_settings --from-env`, or edit them in the console.",
+            applied.version,
+            "; ".join(str(difference) for difference in differences),
+        )
 
 
 def reset_runtime() -> None:

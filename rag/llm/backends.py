@@ -336,9 +336,12 @@ class LLMBackend:
 
     # ------------------------------------------------------------------ embeddings
 
-    async def embed(self, texts: Sequence[str], *, node: str = "embedding") -> list[list[float]]:
-        """Dense vectors for ``texts`` (in order) from ``/v1/embeddings``, in batches under the ``embedding`` slot."""
+    async def embed(self, texts: Sequence[str], *, node: str = "embedding", input_type: str = "") -> list[list[float]]:
+        """Dense vectors for ``texts`` (in order) from ``/v1/embeddings``, in batches under the ``embedding`` slot.
+        ``input_type``: sent as the request's field of that name when not empty (servers that prefix for the
+        model themselves: query or passage, rag.retrieval.prompts)."""
         cfg = self.config
+        extra = {"input_type": input_type} if input_type else None
         client = self._embedding_client()
         label = CallLabel("embedding", node, cfg.embedding_model, "embed")
         vectors: list[list[float]] = []
@@ -347,7 +350,9 @@ class LLMBackend:
 
             async def attempt(batch: list[str] = batch) -> Any:
                 # float, not the SDK's default base64: not every OpenAI-compatible server implements base64.
-                return await client.embeddings.create(model=cfg.embedding_model, input=batch, encoding_format="float")
+                return await client.embeddings.create(
+                    model=cfg.embedding_model, input=batch, encoding_format="float", extra_body=extra
+                )
 
             response = await self.policy.call(label, attempt, total_timeout=cfg.total_timeout)
             data = sorted(response.data, key=lambda item: item.index)

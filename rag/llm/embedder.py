@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from rag.errors import PipelineAbort, UpstreamTimeout
 from rag.llm.backends import LLMBackend
 from rag.llm.client import aclose_clients
+from rag.retrieval.prompts import EmbeddingPrompts
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -48,8 +49,11 @@ def _alive(loop: asyncio.AbstractEventLoop | None) -> bool:
 class OpenAIEmbedder:
     kind = "openai"
 
-    def __init__(self, backend: LLMBackend, *, home_loop: LoopGetter | None = None) -> None:
+    def __init__(
+        self, backend: LLMBackend, *, home_loop: LoopGetter | None = None, prompts: EmbeddingPrompts | None = None
+    ) -> None:
         self._backend = backend
+        self.prompts = prompts or EmbeddingPrompts()
         self._home_loop = home_loop
         self._bound: asyncio.AbstractEventLoop | None = None
         self._seen: asyncio.AbstractEventLoop | None = None
@@ -62,7 +66,7 @@ class OpenAIEmbedder:
     def name(self) -> str:
         """Identifies the vector space (stored with an index, so a query never mixes spaces)."""
         cfg = self._backend.config
-        return f"openai-{cfg.embedding_model}-d{cfg.embedding_dim}"
+        return f"openai-{cfg.embedding_model}-d{cfg.embedding_dim}{self.prompts.tag()}"
 
     @property
     def dim(self) -> int:
@@ -82,18 +86,20 @@ class OpenAIEmbedder:
         self._bound = loop
 
     async def aembed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        return await self._embed(texts, node="embed_documents")
+        prompts = self.prompts
+        return await self._embed(prompts.passages(list(texts)), node="embed_documents", input_type=prompts.passage_type)
 
     async def aembed_query(self, text: str) -> list[float]:
-        vectors = await self._embed([text], node="embed_query")
+        prompts = self.prompts
+        vectors = await self._embed([prompts.query(text)], node="embed_query", input_type=prompts.query_type)
         return vectors[0]
 
-    async def _embed(self, texts: Sequence[str], *, node: str) -> list[list[float]]:
+    async def _embed(self, texts: Sequence[str], *, node: str, input_type: str) -> list[list[float]]:
         self._seen = asyncio.get_running_loop()
         if not texts:
             return []
         try:
-            return await self._backend.embed(texts, node=node)
+            return await self._backend.embed(texts, node=node, input_type=input_type)
         except PipelineAbort as exc:
             raise type(exc)(self._describe(exc.message, len(texts)), retry_after=exc.retry_after) from exc
 

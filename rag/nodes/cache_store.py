@@ -34,6 +34,7 @@ OPTIONAL_INPUTS = (
     "search_query",
     "queries",
     "degraded",
+    "retrieval_fallback",
 )
 OUTPUTS = ()
 
@@ -60,8 +61,8 @@ class CacheStore:
         # Only answers grounded in retrieved articles are worth repeating; apologies and follow-ups are not.
         if not state.cacheable or state.error or state.retrieval_verdict != "relevant" or not state.sources:
             return None
-        if state.degraded:  # a stand-in for the model's answer: the next asker should get the real one
-            return None
+        if state.degraded or state.retrieval_fallback:
+            return None  # a stand-in (for the model's answer, or the dense search): the next asker gets the real one
         if not store_allowed(
             state.normalized_question,
             history=state.history,

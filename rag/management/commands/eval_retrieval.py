@@ -26,10 +26,10 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
@@ -37,9 +37,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rag.errors import PipelineAbort
 from rag.llm.client import aclose_clients
 from rag.retrieval.chunking import ChunkingConfig
-from rag.retrieval.embedding import Embedder, LexicalEmbedder, bind_embedder_loop
+from rag.retrieval.embedding import Embedder, LexicalEmbedder, aembed_query, bind_embedder_loop
 from rag.retrieval.indexer import build_index
-from rag.retrieval.loaders import SquadQuestion, chunking_for, read_squad
+from rag.retrieval.loaders import SquadFile, SquadQuestion, chunking_for, read_squad
 from rag.retrieval.loaders.base import SkipFile
 from rag.retrieval.markdown import LANGUAGES, LoadError
 from rag.retrieval.retriever import StoreRetriever, default_mode
@@ -62,6 +62,7 @@ class EvalResult:
     chunks: int
     questions: int
     skipped: int
+    mode: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {f"recall@{k}": round(self.recall[k], 4) for k in self.ks}
@@ -151,51 +152,100 @@ def gold_rank(doc_ids: list[str], gold: str, depth: int) -> int:
     return 0
 
 
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One way of searching the same index: a mode and its knobs."""
+
+    mode: SearchMode
+    settings: SearchSettings
+
+    @property
+    def label(self) -> str:
+        if self.mode == "hybrid_weighted":
+            return f"hybrid_weighted w={self.settings.dense_weight:g}"
+        return self.mode
+
+
+def variants_of(modes: Sequence[SearchMode], settings: SearchSettings, weights: Sequence[float]) -> list[Variant]:
+    """Every mode asked for, `hybrid_weighted` once per dense weight (the settings' own when none are given)."""
+    out: list[Variant] = []
+    for mode in modes:
+        if mode == "hybrid_weighted" and weights:
+            out.extend(Variant(mode, replace(settings, dense_weight=weight)) for weight in weights)
+        else:
+            out.append(Variant(mode, settings))
+    return out
+
+
 async def index_and_ask(
     documents: list[Any],
     store: VectorStore,
-    retriever: StoreRetriever,
+    retrievers: list[StoreRetriever],
     questions: list[SquadQuestion],
     depth: int,
     chunking: ChunkingConfig,
     on_loop: Callable[[], None] | None = None,
     progress: StageProgress | None = None,
-) -> tuple[Any, list[int], list[float]]:
+) -> tuple[Any, list[list[int]], list[list[float]]]:
     """Build the index (on a thread) and ask, all on this one loop: a network embedder's calls, at index and at
-    query time, run here under one concurrency manager and one set of HTTP clients."""
+    query time, run here under one concurrency manager and one set of HTTP clients. The retrievers share the
+    store and the embedder: one index, each question embedded once, searched in every retriever's mode."""
     if on_loop is not None:
         on_loop()
-    bind_embedder_loop(retriever.embedder, asyncio.get_running_loop())
+    embedder = retrievers[0].embedder
+    bind_embedder_loop(embedder, asyncio.get_running_loop())
     try:
         indexing = (lambda done, total: progress("indexing", done, total)) if progress else None
-        report = await asyncio.to_thread(
-            build_index, documents, store, retriever.embedder, config=chunking, progress=indexing
-        )
-        ranks, latencies = await ask_all(retriever, questions, depth, progress)
+        report = await asyncio.to_thread(build_index, documents, store, embedder, config=chunking, progress=indexing)
+        ranks, latencies = await ask_all(retrievers, questions, depth, progress)
         return report, ranks, latencies
     finally:
-        bind_embedder_loop(retriever.embedder, None)
+        bind_embedder_loop(embedder, None)
         await aclose_clients()
 
 
 async def ask_all(
-    retriever: StoreRetriever, questions: list[SquadQuestion], depth: int, progress: StageProgress | None = None
-) -> tuple[list[int], list[float]]:
-    """Ranks of the gold paragraphs and per-question latencies (ms), questions asked one at a time."""
+    retrievers: list[StoreRetriever],
+    questions: list[SquadQuestion],
+    depth: int,
+    progress: StageProgress | None = None,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Per retriever, the ranks of the gold paragraphs and the per-question latencies (ms: the query's embedding,
+    when its mode uses one, plus the search and its thread hop), questions asked one at a time."""
     # more chunks than documents wanted: several chunks of one document take one place
     limit = depth * 3
-    await retriever.search("warm-up", limit=1)  # thread pool start and first-use caches are not query latency
-    ranks: list[int] = []
-    latencies: list[float] = []
-    for question in questions:
+    embedder = retrievers[0].embedder
+    dense_needed = any(r.mode != "sparse" for r in retrievers)
+    for retriever in retrievers:  # thread pool start and first-use caches are not query latency
+        await retriever.search("warm-up", limit=1)
+    ranks: list[list[int]] = [[] for _ in retrievers]
+    latencies: list[list[float]] = [[] for _ in retrievers]
+    for done, question in enumerate(questions, 1):
         language = _search_language(question.text)
         started = time.perf_counter()
-        chunks = await retriever.search(question.text, limit=limit, language=language)
-        latencies.append((time.perf_counter() - started) * 1000)
-        ranks.append(gold_rank([chunk.doc_id for chunk in chunks], question.doc_id, depth))
+        dense = await aembed_query(embedder, question.text) if dense_needed else None
+        embed_ms = (time.perf_counter() - started) * 1000
+        for i, retriever in enumerate(retrievers):
+            uses_dense = retriever.mode != "sparse"
+            started = time.perf_counter()
+            vector = dense if uses_dense else None
+            chunks = await asyncio.to_thread(
+                retriever.search_sync, question.text, limit=limit, language=language, dense=vector
+            )
+            latencies[i].append((time.perf_counter() - started) * 1000 + (embed_ms if uses_dense else 0.0))
+            ranks[i].append(gold_rank([chunk.doc_id for chunk in chunks], question.doc_id, depth))
         if progress is not None:
-            progress("asking", len(ranks), len(questions))
+            progress("asking", done, len(questions))
     return ranks, latencies
+
+
+def first_documents(squad: SquadFile, count: int) -> SquadFile:
+    """The file's first `count` paragraphs and the questions on them (a quicker run with a slow embedder)."""
+    if count <= 0:
+        return squad
+    documents = squad.documents[:count]
+    kept = {document.doc_id for document in documents}
+    return SquadFile(documents, [q for q in squad.questions if q.doc_id in kept])
 
 
 def evaluate_squad(
@@ -211,11 +261,14 @@ def evaluate_squad(
     search_settings: SearchSettings | None = None,
     on_loop: Callable[[], None] | None = None,
     progress: StageProgress | None = None,
-) -> EvalResult:
-    """Index `path` into a temporary store and ask its questions. Raises `SkipFile` for an unusable file."""
+    variants: Sequence[Variant] = (),
+    limit_documents: int = 0,
+) -> list[EvalResult]:
+    """Index `path` into a temporary store and ask its questions, once per variant (default: `mode`, else the
+    embedder's default mode). Raises `SkipFile` for an unusable file."""
     sink: list[LoadError] = errors if errors is not None else []
     started = time.perf_counter()
-    squad = read_squad(path, doc_prefix=path.stem, language=language, errors=sink)
+    squad = first_documents(read_squad(path, doc_prefix=path.stem, language=language, errors=sink), limit_documents)
     load_seconds = time.perf_counter() - started
     questions = squad.questions[:limit_questions] if limit_questions > 0 else squad.questions
     if not questions:
@@ -223,16 +276,18 @@ def evaluate_squad(
     depth = max(ks)
     # default: the product's offline embedder with its default dimensions
     embedder = embedder or LexicalEmbedder()
+    settings = search_settings or SearchSettings()
+    variants = list(variants) or [Variant(mode or default_mode(embedder), settings)]
     with (
         tempfile.TemporaryDirectory(prefix="eval-retrieval-") as folder,
         VectorStore.open("eval", path=folder) as store,
     ):
-        retriever = StoreRetriever(store, embedder, mode=mode or default_mode(embedder), settings=search_settings)
+        retrievers = [StoreRetriever(store, embedder, mode=v.mode, settings=v.settings) for v in variants]
         report, ranks, latencies = asyncio.run(
             index_and_ask(
                 squad.documents,
                 store,
-                retriever,
+                retrievers,
                 questions,
                 depth,
                 chunking or chunking_for("squad"),
@@ -240,19 +295,44 @@ def evaluate_squad(
                 progress,
             )
         )
-    n = len(ranks)
-    return EvalResult(
-        ks=ks,
-        recall={k: sum(1 for r in ranks if 0 < r <= k) / n for k in ks},
-        mrr=sum(1 / r for r in ranks if r) / n,
-        query_ms=latencies,
-        index_seconds=report.seconds,
-        load_seconds=load_seconds,
-        documents=report.documents,
-        chunks=report.chunks,
-        questions=n,
-        skipped=len(sink),
-    )
+    return [
+        EvalResult(
+            ks=ks,
+            recall={k: sum(1 for r in variant_ranks if 0 < r <= k) / len(variant_ranks) for k in ks},
+            mrr=sum(1 / r for r in variant_ranks if r) / len(variant_ranks),
+            query_ms=variant_latencies,
+            index_seconds=report.seconds,
+            load_seconds=load_seconds,
+            documents=report.documents,
+            chunks=report.chunks,
+            questions=len(variant_ranks),
+            skipped=len(sink),
+            mode=variant.label,
+        )
+        for variant, variant_ranks, variant_latencies in zip(variants, ranks, latencies, strict=True)
+    ]
+
+
+def parse_modes(raw: str | None) -> list[SearchMode]:
+    if not raw:
+        return []
+    modes = [part.strip() for part in raw.split(",") if part.strip()]
+    unknown = [mode for mode in modes if mode not in SEARCH_MODES]
+    if unknown or not modes:
+        raise CommandError(f"--mode takes modes of {', '.join(SEARCH_MODES)}, comma-separated; got {raw!r}")
+    return [cast(SearchMode, mode) for mode in dict.fromkeys(modes)]
+
+
+def parse_weights(raw: str | None) -> list[float]:
+    if not raw:
+        return []
+    try:
+        weights = [float(part) for part in raw.split(",") if part.strip()]
+    except ValueError as exc:
+        raise CommandError(f"--dense-weights takes numbers from 0 to 1, comma-separated; got {raw!r}") from exc
+    if not weights or not all(0.0 <= w <= 1.0 for w in weights):
+        raise CommandError(f"--dense-weights takes numbers from 0 to 1, comma-separated; got {raw!r}")
+    return weights
 
 
 class Command(BaseCommand):
@@ -261,12 +341,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path, help="SQuAD-format JSON: data[].paragraphs[].context and qas")
         parser.add_argument("--k", default="1,5,10", help="cut-offs for recall@k, comma-separated (default 1,5,10)")
-        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON object (one per line with several modes)"
+        )
         parser.add_argument(
             "--mode",
-            choices=SEARCH_MODES,
             default=None,
-            help="search mode (default: RAG_SEARCH_MODE, else the embedder kind's: sparse for the lexical one)",
+            help=f"search mode, or several comma-separated, asked on one index ({', '.join(SEARCH_MODES)}; default: "
+            "RAG_SEARCH_MODE, else the embedder kind's: sparse for the lexical one)",
+        )
+        parser.add_argument(
+            "--dense-weights",
+            default=None,
+            help="hybrid_weighted: one run per dense weight, comma-separated (default: RAG_SEARCH_DENSE_WEIGHT)",
         )
         parser.add_argument(
             "--embedder",
@@ -275,6 +362,12 @@ class Command(BaseCommand):
             help="configured: the server's (EMBEDDING_BASE_URL, SENTENCE_TRANSFORMERS_MODEL...); lexical: offline",
         )
         parser.add_argument("--limit-questions", type=int, default=0, help="ask only the first N questions (0: all)")
+        parser.add_argument(
+            "--limit-documents",
+            type=int,
+            default=0,
+            help="index only the first N paragraphs, and ask only their questions (0: all)",
+        )
         parser.add_argument(
             "--language", choices=sorted(LANGUAGES), help="language of the paragraphs (default: detected per paragraph)"
         )
@@ -290,6 +383,8 @@ class Command(BaseCommand):
         if not path.is_file():
             raise CommandError(f"{path}: no such file")
         ks = parse_ks(options["k"])
+        modes = parse_modes(options["mode"])
+        weights = parse_weights(options["dense_weights"])
         chunking = chunking_for("squad") if options["chunking"] == "passage" else ChunkingConfig()
         errors: list[LoadError] = []
         try:
@@ -297,19 +392,20 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         default, search_settings = search_settings_from_settings(embedder)
-        mode = options["mode"] or default
+        variants = variants_of(modes or [default], search_settings, weights)
         bar = ProgressBar(self.stderr)
         try:
-            result = evaluate_squad(
+            results = evaluate_squad(
                 path,
                 ks=ks,
-                mode=mode,
                 limit_questions=max(0, options["limit_questions"]),
+                limit_documents=max(0, options["limit_documents"]),
                 language=options["language"],
                 chunking=chunking,
                 errors=errors,
                 embedder=embedder,
                 search_settings=search_settings,
+                variants=variants,
                 on_loop=configure_concurrency_manager,
                 progress=bar,
             )
@@ -321,21 +417,25 @@ class Command(BaseCommand):
             bar.close()
         for error in errors:
             self.stderr.write(f"skipped {error}")
+        for result in results:
+            self._report(result, path=path, chunking=options["chunking"], embedder=embedder, as_json=options["json"])
+
+    def _report(self, result: EvalResult, *, path: Path, chunking: str, embedder: Embedder, as_json: bool) -> None:
         summary = result.as_dict() | {
-            "mode": mode,
-            "chunking": options["chunking"],
+            "mode": result.mode,
+            "chunking": chunking,
             "file": path.name,
             "embedder": embedder.name,
         }
-        if options["json"]:
+        if as_json:
             self.stdout.write(json.dumps(summary, ensure_ascii=False))
             return
         self.stdout.write(
             f"{path.name}: {result.documents} paragraphs -> {result.chunks} chunks, {result.questions} questions; "
-            f"mode {mode}, chunking {options['chunking']}, embedder {embedder.name}"
+            f"mode {result.mode}, chunking {chunking}, embedder {embedder.name}"
         )
-        for k in ks:
+        for k in result.ks:
             self.stdout.write(f"  recall@{k:<3} {result.recall[k]:.4f}")
-        self.stdout.write(f"  MRR@{max(ks):<5} {result.mrr:.4f}")
+        self.stdout.write(f"  MRR@{max(result.ks):<5} {result.mrr:.4f}")
         self.stdout.write(f"  query ms    p50 {summary['query_ms_p50']:.2f}  p95 {summary['query_ms_p95']:.2f}")
         self.stdout.write(f"  index       {result.index_seconds:.2f} s (load {result.load_seconds:.2f} s)")

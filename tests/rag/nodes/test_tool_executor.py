@@ -1,5 +1,6 @@
 import logging
 
+from rag.deps import SearchReport
 from rag.nodes.tool_executor import RRF_K, ToolExecutor, fuse
 from tests.rag.chunk_fixtures import FORM_ACCOUNT, FORM_HOURS, chunk
 from tests.rag.nodes.support import InMemoryRetriever, StaticRetriever, drain, make_state, make_writer
@@ -108,3 +109,28 @@ def test_chunks_picked_to_lead_go_first_even_from_below_the_cut():
     a, b, c = chunk("a"), chunk("b"), chunk("c")
     fused = fuse([[a, b, c]], top_k=2, lead=lambda kept: kept.chunk_id == "c")
     assert [kept.chunk_id for kept in fused] == ["c", "a"]
+
+
+class FallbackRetriever(InMemoryRetriever):
+    """A store retriever whose embedder failed: it searched with BM25 alone and says so."""
+
+    async def search_report(self, query, *, limit, language=None, kind=None):
+        return SearchReport(await self.search(query, limit=limit, language=language, kind=kind), "embedder_error")
+
+
+async def test_a_search_without_its_dense_side_is_flagged():
+    state = make_state(queries=["重設密碼"], language="zh-hant")
+    writer, channel = make_writer()
+    await executor(FallbackRetriever()).run(state, writer)
+    assert state.retrieved and state.retrieval_fallback == "embedder_error"
+    [event] = await drain(channel)
+    assert event["fallback"] == "embedder_error"
+
+
+async def test_a_full_search_is_not_flagged():
+    state = make_state(queries=["重設密碼"], language="zh-hant")
+    writer, channel = make_writer()
+    await executor(InMemoryRetriever()).run(state, writer)
+    assert state.retrieval_fallback == ""
+    [event] = await drain(channel)
+    assert event["fallback"] == ""

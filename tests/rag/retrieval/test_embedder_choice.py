@@ -57,7 +57,7 @@ def test_an_embeddings_server_gives_the_openai_embedder_and_fusion(offline: Any)
     assert embedder.name == "openai-BAAI/bge-m3-d1024" and embedder.dim == 1024
     assert embedder.endpoint == "http://127.0.0.1:9/v1/embeddings"
     assert index_batch_size(embedder) == 16
-    assert search_settings_from_settings(embedder)[0] == "hybrid_rrf"
+    assert search_settings_from_settings(embedder)[0] == "hybrid_weighted"
     offline.EMBEDDING_DIM = 768  # another dimension is another space
     assert build_embedder().name == "openai-BAAI/bge-m3-d768"
 
@@ -132,7 +132,7 @@ def test_a_local_model_embeds_and_ranks(offline: Any) -> None:
         return sum(x * y for x, y in zip(a, b, strict=True))
 
     assert cosine(query, near) > cosine(query, far)
-    assert search_settings_from_settings(embedder)[0] == "hybrid_rrf"
+    assert search_settings_from_settings(embedder)[0] == "hybrid_weighted"
 
 
 def test_the_refusals_are_typed(tmp_path: Path) -> None:
