@@ -87,7 +87,7 @@ class Command(BaseCommand):
             REINDEX,
             out=self.stdout,
             create=create,
-            execute=_execute,
+            execute=execute_index_job,
             on_loop=configure_concurrency_manager,
             no_wait=options["no_wait"],
             before_create=before_create,
@@ -132,7 +132,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING(f"{job.skipped - len(attachments)} file(s) skipped, see above."))
 
 
-async def _execute(job: Job, store: VectorStore, stop: threading.Event) -> None:
+async def execute_index_job(job: Job, store: VectorStore, stop: threading.Event) -> None:
     assert isinstance(job, IndexJob)
     embedder: Embedder = await in_thread(build_embedder)  # a local model loads from disk: off the loop
     # the indexing thread's embedding calls run on this loop, under its concurrency manager
