@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "rag.branding",
     "chatbot",
     "chatbot.apikeys",
+    "chatbot.sites",
 ]
 
 MIDDLEWARE = [
