@@ -61,7 +61,7 @@ def visitor_of(scope: Any) -> str:
 
 async def site_admit(site: EmbedSite, visitor: str) -> tuple[bool, float]:
     """(allowed, retry_after) for one more question from `visitor` on `site`; counted only when allowed."""
-    return await site_limiter().admit(site_rules(site, visitor))  # type: ignore[no-any-return]
+    return await site_limiter().admit(site_rules(site, visitor))
 
 
 def limit_message(retry_after: float) -> str:
@@ -107,8 +107,8 @@ class SiteCors:
         site = await asite_for_origin(origin)
         headers = cors_headers(origin)
         if site is None:
-            error = {"code": "forbidden", "message": refusal_message(origin)}
-            await _send_json(send, 403, {"error": error}, headers)
+            refused = {"code": "forbidden", "message": refusal_message(origin)}
+            await _send_json(send, 403, {"error": refused}, headers)
             return
         if scope.get("method") == "OPTIONS":
             preflight = [
@@ -123,7 +123,7 @@ class SiteCors:
             allowed, retry_after = await site_admit(site, visitor_of(scope))
             if not allowed:
                 wait = max(1, math.ceil(retry_after))
-                error = {"code": "busy", "message": limit_message(wait), "retry_after": wait}
+                error: dict[str, object] = {"code": "busy", "message": limit_message(wait), "retry_after": wait}
                 await _send_json(send, 429, {"error": error}, [*headers, (b"retry-after", str(wait).encode())])
                 return
 
