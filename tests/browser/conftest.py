@@ -122,7 +122,7 @@ def chat_server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
     # The demo's words (its suggested questions on the page) with the demo documents already copied above.
     for command in (["migrate", "--noinput"], ["demo", "load"], ["reindex"]):
-        subprocess.run([*MANAGE, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run([*MANAGE, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     return env
 
 
