@@ -25,7 +25,7 @@ install-dev: $(DEV_STAMP)
 
 setup: install
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py reindex --if-empty
+	$(BIN)/python manage.py demo load --if-new
 
 run: setup
 	@$(BIN)/python manage.py local_admin

@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from chatbot import views
+from chatbot.sites import views as site_views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -21,4 +22,8 @@ urlpatterns = [
     path("api/v1/rag/forms/export.csv", views.forms_export_csv, name="forms-export"),
     path("api/v1/rag/feedback", include("chatbot.api_feedback")),
     path("forms/<path:name>", views.form_download, name="form-download"),
+    # The embeddable widget (chatbot.sites): its script, one site's configuration, and the iframe mode.
+    path("widget.js", site_views.widget_js, name="widget-js"),
+    path("api/v1/widget/<str:key>", site_views.widget_config, name="widget-config"),
+    path("embed/<str:key>", site_views.embed_page, name="widget-embed"),
 ]

@@ -30,6 +30,7 @@ from chatbot.feedback import csv_cell
 from chatbot.selectors import conversation_list, conversation_messages
 from chatbot.services import TITLE_MAX_CHARS, conversation_delete, conversation_rename
 from concurrency.jsonio import json_error
+from rag.branding.selectors import organisation_get
 from rag.retrieval.markdown import load_markdown_dir
 from rag.text.links import http_link
 
@@ -45,6 +46,7 @@ def _with_client_cookie(request: HttpRequest, response: HttpResponse, client_hex
 @require_GET
 def chat_page(request: HttpRequest) -> HttpResponse:
     _client_id, client_hex, is_new = security.client_from_request(request)
+    organisation = organisation_get()
     chat_config = {
         "wsPath": "/ws/chat/",
         "ssePaths": {"responses": "/api/v1/rag/ask/stream", "chat": "/api/v1/rag/ask/stream_chat"},
@@ -54,8 +56,13 @@ def chat_page(request: HttpRequest) -> HttpResponse:
         "conversationsPath": reverse("conversation-list"),
         "maxQuestionChars": settings.RAG_MAX_QUESTION_CHARS,
         "defaultLanguage": settings.RAG_DEFAULT_LANGUAGE,
+        "organisation": organisation.page_config(),
     }
-    context = {"chat_config": chat_config, "max_question_chars": settings.RAG_MAX_QUESTION_CHARS}
+    context = {
+        "chat_config": chat_config,
+        "max_question_chars": settings.RAG_MAX_QUESTION_CHARS,
+        "organisation": organisation,
+    }
     return _with_client_cookie(request, render(request, "chat/index.html", context), client_hex, is_new)
 
 

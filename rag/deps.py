@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from rag.branding.texts import FixedOrganisation, OrganisationSource
 from rag.ratelimit import RateRule
 from rag.state import RetrievedChunk
 from rag.stats import AnswerStats
@@ -97,6 +98,8 @@ class PipelineDeps:
     cache: Any = None  # the semantic cache, when enabled
     answer_stats: AnswerStats = field(default_factory=AnswerStats)  # counts shown in the console
     telemetry: Any = None
+    # The organisation's name and words (contact and out-of-scope replies, prompt variables); neutral by default.
+    organisation: OrganisationSource = field(default_factory=FixedOrganisation)
     # Run by close(): unsubscribing from live settings and the like.
     cleanups: list[Callable[[], object]] = field(default_factory=list)
 

@@ -38,10 +38,11 @@ WINDOW_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True)
 class RateRule:
-    """At most `limit` requests per minute under `key` (0: unlimited)."""
+    """At most `limit` requests per `window` seconds (a minute unless said) under `key` (0: unlimited)."""
 
     key: str
     limit: int
+    window: float = WINDOW_SECONDS
 
 
 class SlidingWindowRateLimiter:
@@ -64,6 +65,7 @@ class SlidingWindowRateLimiter:
         self._calls = 0
         # Most recently seen key last, so eviction under pressure takes the longest idle first.
         self._windows: OrderedDict[str, deque[float]] = OrderedDict()
+        self._spans: dict[str, float] = {}  # each key's window length, in seconds
         self._lock = threading.Lock()
 
     def allow(self, key: str) -> tuple[bool, float]:
@@ -79,35 +81,39 @@ class SlidingWindowRateLimiter:
         if not rules:
             return True, 0.0
         now = self._clock()
-        horizon = now - WINDOW_SECONDS
         with self._lock:
             self._calls += 1
             if self._calls % self._sweep_every == 0:
-                self._sweep(horizon)
-            windows = [self._window(rule.key, horizon) for rule in rules]
-            full = [window for rule, window in zip(rules, windows, strict=True) if len(window) >= rule.limit]
+                self._sweep(now)
+            windows = [self._window(rule.key, now, rule.window) for rule in rules]
+            full = [(rule, window) for rule, window in zip(rules, windows, strict=True) if len(window) >= rule.limit]
             if full:
-                return False, max(0.0, max(window[0] for window in full) + WINDOW_SECONDS - now)
+                return False, max(0.0, max(window[0] + rule.window for rule, window in full) - now)
             for window in windows:
                 window.append(now)
             return True, 0.0
 
-    def _window(self, key: str, horizon: float) -> deque[float]:
+    def _window(self, key: str, now: float, span: float) -> deque[float]:
+        self._spans[key] = span
         window = self._windows.get(key)
         if window is None:
             window = self._windows[key] = deque()
             while len(self._windows) > self._max_keys:
-                self._windows.popitem(last=False)
+                evicted, _ = self._windows.popitem(last=False)
+                self._spans.pop(evicted, None)
         else:
             self._windows.move_to_end(key)
+        horizon = now - span
         while window and window[0] <= horizon:
             window.popleft()
         return window
 
-    def _sweep(self, horizon: float) -> None:
-        idle = [key for key, window in self._windows.items() if not window or window[-1] <= horizon]
+    def _sweep(self, now: float) -> None:
+        spans = self._spans
+        idle = [key for key, w in self._windows.items() if not w or w[-1] <= now - spans.get(key, WINDOW_SECONDS)]
         for key in idle:
             del self._windows[key]
+            spans.pop(key, None)
 
     def __len__(self) -> int:
         """Keys currently tracked (for tests and stats)."""
@@ -117,21 +123,23 @@ class SlidingWindowRateLimiter:
     def reset(self) -> None:
         with self._lock:
             self._windows.clear()
+            self._spans.clear()
             self._calls = 0
 
 
-# KEYS: one sorted set per rule. ARGV[1] window ms, ARGV[2] a unique member, ARGV[2 + i] the limit of KEYS[i].
+# KEYS: one sorted set per rule. ARGV[1] a unique member, ARGV[2i] the limit and ARGV[2i + 1] the window (ms) of
+# KEYS[i].
 # Returns "0" when counted, else the seconds until the fullest window has room (a string: Lua numbers come back
 # as integers).
 _WINDOW_SCRIPT = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
-local window = tonumber(ARGV[1])
 local wait = 0
 local full = false
 for i, key in ipairs(KEYS) do
+  local window = tonumber(ARGV[2 * i + 1])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  if redis.call('ZCARD', key) >= tonumber(ARGV[2 + i]) then
+  if redis.call('ZCARD', key) >= tonumber(ARGV[2 * i]) then
     full = true
     local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if #oldest > 0 then
@@ -143,8 +151,8 @@ if full then
   return string.format('%.3f', math.max(wait, 1) / 1000)
 end
 for i, key in ipairs(KEYS) do
-  redis.call('ZADD', key, now, ARGV[2])
-  redis.call('PEXPIRE', key, math.ceil(window))
+  redis.call('ZADD', key, now, ARGV[1])
+  redis.call('PEXPIRE', key, math.ceil(tonumber(ARGV[2 * i + 1])))
 end
 return '0'
 """
@@ -185,7 +193,9 @@ class RedisRateLimiter:
         if not rules:
             return True, 0.0
         keys = [f"{self.prefix}:ratelimit:{rule.key}" for rule in rules]
-        args = [round(WINDOW_SECONDS * 1000), uuid.uuid4().hex, *(rule.limit for rule in rules)]
+        args: list[object] = [uuid.uuid4().hex]
+        for rule in rules:
+            args += [rule.limit, round(rule.window * 1000)]
         try:
             raw = await redis_call(self._script()(keys=keys, args=args), timeout=_REDIS_TIMEOUT)
         except (RedisError, OSError, TimeoutError) as exc:

@@ -37,10 +37,11 @@ from concurrency.live.apply import on_settings_applied, settings_current
 from concurrency.live.workers import redis_config, worker_id, workers_index_key
 from concurrency.manager import get_manager
 from concurrency.selectors import concurrency_settings_env_differences
+from rag.branding.selectors import organisation_source
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
-from rag.prompting.prompts import RegistryPrompts
+from rag.prompting.prompts import OrganisationPrompts, RegistryPrompts
 from rag.ratelimit import RedisRateLimiter, SlidingWindowRateLimiter
 from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import AsyncEmbedder, LexicalEmbedder
@@ -402,9 +403,10 @@ def build_deps() -> PipelineDeps:
         rate_limiter=rate_limiter_from_settings(),
         llm=llm,
         telemetry=telemetry_for_deps(),  # process-wide, shut down at exit: not one of the deps' cleanups
+        organisation=organisation_source(),
     )
     if llm is not None:
-        deps.prompts = RegistryPrompts()
+        deps.prompts = OrganisationPrompts(RegistryPrompts(), deps.organisation)
         deps.cleanups.append(follow_live_settings(llm))
 
         # answers made from the passages while the model failed (only an LLM deployment degrades)

@@ -14,6 +14,9 @@ import tempfile
 
 _data_dir = tempfile.mkdtemp(prefix="helpcentre-test-")
 os.environ["DATA_DIR"] = _data_dir
+# Most tests ask questions of the bundled demo corpus where it lies; the demo command's tests use their own folder.
+_repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["CORPUS_DIR"] = os.path.join(_repository, "rag", "corpus", "demo")
 # A Qdrant server given to the suite is for the store's contract tests (tests/rag/stores.py); the rest of the suite
 # runs on the defaults.
 os.environ.setdefault("HELPCENTRE_TEST_QDRANT_URL", os.environ.get("QDRANT_URL", ""))

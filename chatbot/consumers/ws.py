@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -42,6 +43,7 @@ from chatbot import drain, lifecycle, security
 from chatbot.cancel import Outcome, cancel_elsewhere_later, request_id_valid
 from chatbot.consumers.common import event_json, stream_open, transport_error_event
 from chatbot.replay import LiveStream, ResumeRefused, stream_registry
+from chatbot.sites.access import limit_message, site_admit, visitor_of
 from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open
 from rag.events import TERMINAL_CHANNELS, Event
 
@@ -135,6 +137,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except BadRequest as exc:
             await self._refuse(str(exc))
             return
+        site = self.scope.get("embed_site")  # a socket from an embedding website: its limits (chatbot.sites)
+        if site is not None:
+            allowed, retry_after = await site_admit(site, visitor_of(self.scope))
+            if not allowed:
+                wait = max(1, math.ceil(retry_after))
+                await self.send_json({**transport_error_event("busy", limit_message(wait)), "retry_after": wait})
+                return
         self._begin("")
         # In a task: this consumer handles one message at a time, and `cancel` must get through while it streams.
         self._task = asyncio.create_task(self._answer(ask), name="ws-exchange")

@@ -262,7 +262,12 @@ class DocumentAdmin(admin.ModelAdmin):
     def delete_documents(self, request: HttpRequest, queryset: QuerySet[Document]) -> HttpResponse | None:
         if not request.user.has_perm("rag_documents.add_indexjob"):
             raise PermissionDenied
-        sources = sorted(set(queryset.values_list("source", flat=True)))
+        # Rows already deleted (kept as history) have nothing left to delete: a selection holding them deletes the
+        # others, and one holding only them says so.
+        sources = sorted(set(queryset.exclude(status=DocumentStatus.DELETED).values_list("source", flat=True)))
+        if not sources:
+            self.message_user(request, gettext("The selected documents are already deleted."), messages.WARNING)
+            return None
         # One file may hold several documents (a SQuAD file, a page of sections): all of them go with it.
         affected = (
             Document.objects.filter(source__in=sources)

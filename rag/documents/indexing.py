@@ -199,6 +199,8 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
         should_stop=tracker.cancelled,
         # a cancel requested any time before the switch is honoured, however fast the build was
         confirm_switch=lambda: not tracker.cancelled(look=True),
+        # removing the last documents (the demo's, say) leaves an empty index, which is what was asked
+        allow_empty=bool(plan.deleted),
     )
     # switched: from here on the job succeeds; a late cancel request is ignored
     tracker.stage("saving")
@@ -337,8 +339,10 @@ def _load(job: IndexJob, tracker: JobTracker, scope: list[Path]) -> LoadResult:
         entries += 1
 
     loaded = load_sources(scope, format=job.format, on_entry=on_entry)
-    for error in loaded.skipped:
+    for error in _skipped(loaded):
         tracker.log(f"skipped {error.path}: {error.reason}")
+    for path in loaded.missing:
+        tracker.log(f"gone: {path} (its documents are removed from the index)")
     tracker.check()
     return loaded
 
@@ -389,6 +393,13 @@ def _plan(
     return plan
 
 
+def _skipped(loaded: LoadResult) -> list[Any]:
+    """The files that could not be read. A path the job was given that is gone is not one of them: its
+    documents are deleted (that is how a delete is asked for), which the report counts as deleted."""
+    gone = set(loaded.missing)
+    return [error for error in loaded.skipped if Path(error.path) not in gone]
+
+
 def _summary(loaded: LoadResult, plan: ReindexPlan, report: ReindexReport, started: float) -> dict[str, Any]:
     """The job's report: what the build did and which documents it touched (lists bounded)."""
     return {
@@ -404,7 +415,7 @@ def _summary(loaded: LoadResult, plan: ReindexPlan, report: ReindexReport, start
         "updated": bounded(plan.updated),
         "deleted": bounded(plan.deleted),
         "stale": bounded(sorted(plan.stale)),
-        "skipped_files": bounded([{"path": str(e.path), "reason": e.reason} for e in loaded.skipped]),
+        "skipped_files": bounded([{"path": str(e.path), "reason": e.reason} for e in _skipped(loaded)]),
     }
 
 
@@ -433,7 +444,7 @@ def _save(
                 updated=len(plan.updated),
                 unchanged=len(plan.unchanged),
                 deleted=len(plan.deleted),
-                skipped=len(loaded.skipped),
+                skipped=len(_skipped(loaded)),
                 chunks=report.chunks,
                 chunks_embedded=report.embedded + report.reencoded,
                 collection=report.collection,

@@ -24,6 +24,7 @@ import functools
 import logging
 from typing import Any, Protocol, runtime_checkable
 
+from rag.branding.texts import FixedOrganisation, OrganisationSource
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
 from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
@@ -114,13 +115,16 @@ class ResponseSynth:
         stats: AnswerStats | None = None,
         documents: DocumentReader | None = None,
         document_timeout: float = 5.0,
+        organisation: OrganisationSource | None = None,
     ) -> None:
         self._chunk_chars = stream_chunk_chars
         self._forms_base_url = forms_base_url
         self._forms_export_url = forms_export_url
         self._max_sentences = max_sentences
         self._min_sentences = min(min_sentences, max_sentences)
+        # An empty contact (the default) means the organisation's own contact text (its branding).
         self._contact = {messages.ZH: contact_zh, messages.EN: contact_en}
+        self._organisation = organisation or FixedOrganisation()
         self._llm = llm
         self._prompts = calls.prompt_provider(prompts)
         self._max_sources = max_sources
@@ -380,9 +384,10 @@ class ResponseSynth:
     async def _compose(self, state: PipelineState) -> answers.ComposedAnswer:
         question = state.normalized_question
         language = state.language
-        contact = self._contact[messages.reply_language(language)]
+        words = (await self._organisation.get()).texts(language)
+        contact = self._contact[messages.reply_language(language)] or words.contact
         if state.intent == OUT_OF_SCOPE or not state.should_retrieve:
-            return answers.out_of_scope_answer(language)
+            return answers.out_of_scope_answer(language, words.out_of_scope)
         relevant = state.retrieval_verdict == "relevant" or (not state.retrieval_verdict and bool(state.retrieved))
         chunks = state.retrieved if relevant else []
         if state.intent == FORM_EXPORT:
@@ -449,6 +454,7 @@ def _build(deps: PipelineDeps, params: dict[str, Any]) -> ResponseSynth:
         stats=deps.answer_stats,
         documents=deps.retriever if isinstance(deps.retriever, DocumentReader) else None,
         document_timeout=config.retrieval_timeout,
+        organisation=deps.organisation,
     )
 
 
@@ -467,8 +473,8 @@ NODE_TYPE = NodeType(
     params={
         "max_sentences": ParamSpec("int", 5, "Most sentences in an extractive answer", minimum=1, maximum=12),
         "min_sentences": ParamSpec("int", 2, "Fewest sentences in an extractive answer", minimum=1, maximum=12),
-        "contact_zh": ParamSpec("str", messages.DEFAULT_CONTACT_ZH, "How to reach a person (Chinese replies)"),
-        "contact_en": ParamSpec("str", messages.DEFAULT_CONTACT_EN, "How to reach a person (English replies)"),
+        "contact_zh": ParamSpec("str", "", "How to reach a person (Chinese replies)"),
+        "contact_en": ParamSpec("str", "", "How to reach a person (English replies)"),
         "max_sources": ParamSpec(
             "int", 5, "With an LLM: most documents given to the model as numbered sources", minimum=1, maximum=20
         ),

@@ -12,6 +12,7 @@ from typing import Any
 
 from prompts.catalogue import LATEST, PRODUCTION, spec_get
 from prompts.snapshot import PromptSnapshot, snapshot_build
+from rag.branding.texts import Organisation, OrganisationSource
 
 PLANNER = "planner-system"
 QUERY_REWRITER = "query-rewriter-system"
@@ -19,6 +20,8 @@ UNIFIED_AGENT = "unified-agent-system"
 CONVERSATION_SUMMARIZER = "conversation-summarizer"
 TRANSLATOR = "translator-system"
 QUERY_VARIATION = "query-variation-system"
+
+_NEUTRAL = Organisation().prompt_variables()
 
 
 class CataloguePrompts:
@@ -33,7 +36,11 @@ class CataloguePrompts:
         self._configs = {name: dict(config) for name, config in (configs or {}).items()}
         self._built: dict[str, PromptSnapshot] = {}
 
-    async def get(self, name: str) -> PromptSnapshot:
+    async def get(self, name: str) -> Any:
+        # The organisation's variables default to the neutral words; OrganisationPrompts gives the real ones.
+        return _WithOrganisation(await self._get(name), _NEUTRAL)
+
+    async def _get(self, name: str) -> PromptSnapshot:
         snapshot = self._built.get(name)
         if snapshot is None:
             spec = spec_get(name)  # PromptNotFoundError for a name outside the catalogue
@@ -59,3 +66,34 @@ class RegistryPrompts:
         from prompts.selectors import aprompt_get
 
         return await aprompt_get(name=name, label=self.label)
+
+
+class _WithOrganisation:
+    """A prompt version whose `render` also fills the organisation's variables its template may use."""
+
+    def __init__(self, snapshot: Any, variables: Mapping[str, str]) -> None:
+        self._snapshot = snapshot
+        allowed = getattr(snapshot, "allowed_variables", frozenset())
+        self._variables = {name: value for name, value in variables.items() if name in allowed}
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        return self._snapshot.config  # type: ignore[no-any-return]
+
+    def render(self, /, **variables: object) -> str:
+        return self._snapshot.render(**{**self._variables, **variables})  # type: ignore[no-any-return]
+
+
+class OrganisationPrompts:
+    """Prompts with the organisation's name and words as template variables (`{{organisation}}`,
+    `{{organisation_scope}}`, `{{organisation_contact}}`), so nodes need not pass them and no prompt names a
+    particular organisation in its text."""
+
+    def __init__(self, inner: Any, organisation: OrganisationSource) -> None:
+        self._inner = inner
+        self._organisation = organisation
+
+    async def get(self, name: str) -> Any:
+        snapshot = await self._inner.get(name)
+        organisation = await self._organisation.get()
+        return _WithOrganisation(snapshot, organisation.prompt_variables())

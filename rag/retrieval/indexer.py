@@ -358,6 +358,7 @@ def reindex(
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
     confirm_switch: Callable[[], bool] | None = None,
+    allow_empty: bool = False,
 ) -> ReindexReport:
     """Build a new index from the live one and switch to it.
 
@@ -370,7 +371,8 @@ def reindex(
     `should_stop()` is asked between batches (it may answer from a cache); `confirm_switch()` right before the
     switch (it should look, not guess). On a stop, or a switch not confirmed, the build is dropped and
     `IndexCancelled` raised. Any failure drops the build too: the live index is switched only when the new
-    build is complete. Blocking; call it from a thread.
+    build is complete. An empty build is refused unless `allow_empty` (a job that deletes the last documents).
+    Blocking; call it from a thread.
     """
     started = time.perf_counter()
     encoder = encoder or BM25Encoder()
@@ -385,7 +387,7 @@ def reindex(
     sparse.weigh(avgdl_by_language, avgdl)
     copied = scan.copied
     total = copied + len(items)
-    if total == 0:
+    if total == 0 and not (allow_empty and plan.live is not None):
         raise ValueError("nothing to index: the new index would be empty")
     documents = len(set(scan.chunks_by_doc) | {str(item.payload.get("doc_id")) for item in items})
     metadata = _build_metadata(embedder, encoder, avgdl, avgdl_by_language, documents=documents, chunks=total)

@@ -607,8 +607,9 @@ def no_answer(question: str, chunks: list[RetrievedChunk], *, language: str, con
     return ComposedAnswer("\n".join(lines), book.sources)
 
 
-def out_of_scope_answer(language: str) -> ComposedAnswer:
-    return ComposedAnswer(messages.text("out_of_scope", language))
+def out_of_scope_answer(language: str, text: str = "") -> ComposedAnswer:
+    """The organisation's out-of-scope reply (`text`), or the neutral one."""
+    return ComposedAnswer(text or messages.text("out_of_scope", language))
 
 
 def answer_body(answer: str) -> str:

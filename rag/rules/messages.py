@@ -6,13 +6,16 @@ normalised); questions in another language get English, the likelier shared lang
 
 from __future__ import annotations
 
+from rag.branding.texts import DEFAULT_EN, DEFAULT_ZH
 from rag.text.language import is_chinese
 
 ZH = "zh"
 EN = "en"
 
-DEFAULT_CONTACT_ZH = "客服專線 02-2000-0000（服務時間內），或寄信至 service@learnhub.example.gov.tw。"
-DEFAULT_CONTACT_EN = "call 02-2000-0000 during service hours or write to service@learnhub.example.gov.tw."
+# The organisation's own contact and out-of-scope texts come from its branding (rag.branding); these neutral
+# ones name nobody and are used only where no organisation is given (node tests, a bare pipeline).
+DEFAULT_CONTACT_ZH = DEFAULT_ZH.contact
+DEFAULT_CONTACT_EN = DEFAULT_EN.contact
 
 
 def reply_language(language: str) -> str:
@@ -20,12 +23,7 @@ def reply_language(language: str) -> str:
 
 
 _TEXTS: dict[str, dict[str, str]] = {
-    "out_of_scope": {
-        ZH: "抱歉，我只能回答本平台的相關問題，例如帳號與登入、課程報名、學習時數、證書與表單下載。"
-        "請問有什麼平台相關的問題需要協助嗎？",
-        EN: "Sorry, I can only help with questions about the platform, such as accounts and logging in, course "
-        "enrolment, learning hours, certificates and forms. What would you like to know about the platform?",
-    },
+    "out_of_scope": {ZH: DEFAULT_ZH.out_of_scope, EN: DEFAULT_EN.out_of_scope},
     "no_answer": {
         ZH: "抱歉，說明中心裡找不到這個問題的答案。您可以換個說法再問一次，或聯絡客服：{contact}",
         EN: "Sorry, I couldn't find an answer to that in the help centre. You can rephrase your question, or "

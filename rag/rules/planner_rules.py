@@ -47,7 +47,7 @@ _PLATFORM_RE = re.compile(
     r"表單|表单|申請|申请|驗證|验证|憑證|凭证|信箱|影片|app|系統|系统|客服|退選|退选|候補|候补|上課|上课|"
     r"\b(?:account|password|log ?in|login|sign ?in|register|registration|course|courses|class|enrol|enroll|"
     r"enrolment|enrollment|certificate|hours|learning|platform|site|website|app|email|verification|"
-    r"two-factor|2fa|form|forms|withdraw|withdrawal|waiting list|video|browser|learnhub)\b"
+    r"two-factor|2fa|form|forms|withdraw|withdrawal|waiting list|video|browser)\b"
 )
 
 

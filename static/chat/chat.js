@@ -14,11 +14,10 @@
 
   const TEXT = {
     "zh-hant": {
-      title: "LearnHub 客服小幫手", titleShort: "LearnHub 小幫手", tagline: "學習e站常見問題，隨時為您解答", skipToQuestion: "跳到提問欄",
+      skipToQuestion: "跳到提問欄",
       settings: "連線設定", transport: "連線方式", backend: "模型介面", conversations: "對話紀錄",
       newConversation: "新對話", messagesTitle: "對話內容", welcomeTitle: "您好，有什麼可以幫您？",
-      welcomeText: "我會從學習e站的說明文件中找出答案，並附上資料來源。", suggestionsLabel: "建議問題",
-      suggestions: ["如何重設密碼？", "完成課程後學習時數沒有出現怎麼辦？", "我要下載學習時數補登申請表"],
+      suggestionsLabel: "建議問題", privacy: "隱私權聲明",
       questionLabel: "您的問題", placeholder: "請輸入您的問題…", send: "送出", stop: "停止",
       hint: "Enter 送出，Shift + Enter 換行", chars: "{n} / {max} 字", you: "您", assistant: "小幫手",
       noConversations: "還沒有對話紀錄。", untitled: "（未命名對話）", loadFailed: "無法載入對話紀錄。",
@@ -51,13 +50,10 @@
       },
     },
     en: {
-      title: "LearnHub help assistant", titleShort: "LearnHub Help", tagline: "Answers from the LearnHub help centre, any time",
       skipToQuestion: "Skip to the question box", settings: "Connection", transport: "Transport",
       backend: "Model API", conversations: "Conversations", newConversation: "New conversation",
       messagesTitle: "Conversation", welcomeTitle: "Hello! How can I help?",
-      welcomeText: "I answer from the LearnHub help documents and show you the sources.",
-      suggestionsLabel: "Suggested questions",
-      suggestions: ["How do I reset my password?", "My learning hours are missing", "Download the learning hours correction form"],
+      suggestionsLabel: "Suggested questions", privacy: "Privacy notice",
       questionLabel: "Your question", placeholder: "Ask a question…", send: "Send",
       stop: "Stop", hint: "Enter to send, Shift + Enter for a new line", chars: "{n} / {max} characters",
       you: "You", assistant: "Assistant", noConversations: "No conversations yet.", untitled: "(untitled)",
@@ -94,6 +90,15 @@
       },
     },
   };
+  // The organisation's name and words (admin: Name and words; `manage.py branding set`), per page language.
+  for (const [lang, words] of Object.entries((config.organisation || {}).texts || {})) {
+    if (!TEXT[lang]) continue;
+    Object.assign(TEXT[lang], {
+      title: words.name, titleShort: words.name, tagline: words.tagline, welcomeText: words.welcome,
+      suggestions: words.suggestions,
+    });
+  }
+
   // Codes worth a "try again" button (the others say something about the question itself).
   const RETRYABLE = new Set([
     "busy", "timeout", "upstream_error", "internal", "network", "cancelled", "expired", "unavailable",

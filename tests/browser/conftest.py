@@ -120,8 +120,9 @@ def chat_server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "HC_TEST_ANSWER_DELAY": ANSWER_DELAY,
         "RAG_JOB_RUNNER": "true",  # the admin's uploads and deletes are index jobs this server runs
     }
-    for command in (["migrate", "--noinput"], ["reindex"]):
-        subprocess.run([*MANAGE, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    # The demo's words (its suggested questions on the page) with the demo documents already copied above.
+    for command in (["migrate", "--noinput"], ["demo", "load"], ["reindex"]):
+        subprocess.run([*MANAGE, *command], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     return env
 
 
@@ -163,7 +164,8 @@ def chat_server(chat_server_env: dict[str, str]) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        # Start-up loads the index replica and the settings: on a loaded shared machine that takes tens of seconds.
+        deadline = time.monotonic() + 120
         while not _server_answers(url):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"daphne did not start; see {data_dir / 'daphne.log'}")

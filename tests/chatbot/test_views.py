@@ -249,6 +249,7 @@ def test_a_client_deletes_its_conversation_and_no_one_elses() -> None:
     assert client.delete(f"/api/v1/chat/conversations/{own.pk}").status_code == 404
 
 
+@pytest.mark.django_db  # the page reads the organisation's name and words
 def test_the_chat_page_sets_the_client_cookie_once(client: Client) -> None:
     response = client.get("/")
     assert response.status_code == 200
@@ -270,6 +271,7 @@ def test_the_chat_script_is_served(client: Client) -> None:
     assert finders.find("chat/chat.js") and finders.find("chat/chat.css")
 
 
+@pytest.mark.django_db
 @pytest.mark.parametrize("path", ["/", "/admin/login/"])
 def test_pages_carry_a_content_security_policy_that_runs_only_our_scripts(client: Client, path: str) -> None:
     response = client.get(path)

@@ -9,6 +9,7 @@ from prompts.memory import GENERATION_KEY, memory
 from prompts.models import Prompt
 from prompts.selectors import aprompt_get, prompt_get
 from prompts.services import prompt_label_move, prompt_version_create
+from rag.branding.texts import Organisation
 
 NAME = "unified-agent-system"
 NEW_TEXT = "Answer in {{language}} from:\n{{sources}}"
@@ -21,7 +22,9 @@ def test_prompt_get_serves_the_production_snapshot():
     assert snapshot.labels == ("production", "latest")
     assert snapshot.template == CATALOGUE[NAME].template
     assert snapshot.config["temperature"] == 0.2
-    assert "[1] Reset your password" in snapshot.render(language="en", sources="[1] Reset your password", summary="")
+    assert "[1] Reset your password" in snapshot.render(
+        language="en", sources="[1] Reset your password", summary="", **Organisation().prompt_variables()
+    )
 
 
 @pytest.mark.django_db

@@ -79,7 +79,10 @@ def test_unknown_variable_is_refused_and_named():
         _new_version("Answer {{question}} in {{language}} for {{user_id}}")
     assert caught.value.variables == ("question", "user_id")
     assert "{{question}}" in str(caught.value) and "{{user_id}}" in str(caught.value)
-    assert "allowed: {{language}}, {{summary}}" in str(caught.value)
+    assert (
+        "allowed: {{language}}, {{organisation}}, {{organisation_contact}}, {{organisation_scope}}, {{summary}}"
+        in str(caught.value)
+    )
     assert Prompt.objects.filter(name=NAME).count() == 1
 
 

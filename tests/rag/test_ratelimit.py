@@ -111,3 +111,28 @@ async def test_a_redis_outage_falls_back_to_this_process_and_recovers(caplog: py
         assert "answers again" in caplog.text
     finally:
         server.stop()
+
+
+def test_a_rule_with_a_day_window_counts_a_day_beside_a_minute_rule():
+    clock = FakeClock()
+    limiter = SlidingWindowRateLimiter(0, clock=clock)
+    day = [RateRule("site:a:day", 2, window=86400.0)]
+    assert limiter.hit(day)[0] and limiter.hit(day)[0]
+    clock.now += 3600
+    allowed, retry_after = limiter.hit(day)
+    assert not allowed and retry_after == pytest.approx(86400 - 3600)
+    assert limiter.hit([RateRule("client:x", 1)])[0]  # a minute rule beside it is its own window
+    clock.now += 86400
+    assert limiter.hit(day)[0]
+
+
+async def test_redis_counts_each_rule_in_its_own_window():
+    url = suite_redis_url("rate windows of their own length")
+    with fresh_prefix(url, "ratelimit") as prefix:
+        limiter = RedisRateLimiter(url, prefix=prefix, fallback=SlidingWindowRateLimiter(0))
+        day, minute = RateRule("site:day", 2, window=86400.0), RateRule("visitor", 5)
+        assert (await limiter.admit([day, minute]))[0]
+        assert (await limiter.admit([day, minute]))[0]
+        allowed, retry_after = await limiter.admit([day, minute])
+        assert not allowed and 86000 < retry_after <= 86400  # the day's window, not the minute's
+        assert (await limiter.admit([minute]))[0]  # a refused request used up nothing of the other window

@@ -29,13 +29,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rag import wiring
+from rag.branding.selectors import organisation_source
 from rag.deps import PipelineDeps
 from rag.evaluation.metrics import AnswerRecord, summarize
 from rag.evaluation.runner import ask_all, judge_all, judge_prompt_version
 from rag.llm.client import aclose_clients
 from rag.models import AnswerEvaluation
 from rag.nodes import build_registry
-from rag.prompting.prompts import RegistryPrompts
+from rag.prompting.prompts import OrganisationPrompts, RegistryPrompts
 from rag.retrieval.embedding import bind_embedder_loop
 from rag.retrieval.indexer import build_index
 from rag.retrieval.loaders import SquadFile, chunking_for, read_squad
@@ -93,7 +94,7 @@ class Command(BaseCommand):
                 llm=llm,
             )
             if llm is not None:
-                deps.prompts = RegistryPrompts()
+                deps.prompts = OrganisationPrompts(RegistryPrompts(), organisation_source())
             summary = asyncio.run(_evaluate(squad, questions, deps, store, embedder, judge=options["judge"]))
         summary = {"file": path.name, "embedder": embedder.name, "mode": mode} | summary
         run = _store(summary)

@@ -1,5 +1,6 @@
 import asyncio
 
+from rag.branding.texts import DEFAULT_EN, DEFAULT_ZH, FixedOrganisation, LocalTexts, Organisation
 from rag.deps import PipelineConfig
 from rag.nodes.response_synth import ResponseSynth
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_ACCOUNT, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH
@@ -62,14 +63,47 @@ async def test_out_of_scope_reply_in_the_question_language():
         normalized_question="Tell me a joke", language="en", intent="out_of_scope", should_retrieve=False
     )
     events = await run(state)
-    assert state.answer.startswith("Sorry, I can only help with questions about the platform")
+    assert state.answer == DEFAULT_EN.out_of_scope
     assert answer_text(events) == state.answer
     assert state.sources == []
     state = make_state(
         normalized_question="今天天氣如何", language="zh-hant", intent="out_of_scope", should_retrieve=False
     )
     await run(state)
-    assert state.answer.startswith("抱歉，我只能回答本平台的相關問題")
+    assert state.answer == DEFAULT_ZH.out_of_scope
+
+
+ACME_EN = LocalTexts(
+    name="Acme Help",
+    tagline="",
+    welcome="",
+    contact="write to help@acme.example",
+    out_of_scope="Acme Help answers questions about Acme's library only.",
+)
+
+
+async def test_refusals_use_the_organisations_own_contact_and_scope_when_no_contact_is_configured():
+    node = ResponseSynth(
+        stream_chunk_chars=5,
+        forms_base_url="/forms/",
+        forms_export_url="/api/forms.csv",
+        max_sentences=5,
+        min_sentences=2,
+        contact_zh="",
+        contact_en="",
+        organisation=FixedOrganisation(Organisation(en=ACME_EN)),
+    )
+    state = make_state(
+        normalized_question="Tell me a joke", language="en", intent="out_of_scope", should_retrieve=False
+    )
+    await node.run(state, make_writer()[0])
+    assert state.answer == ACME_EN.out_of_scope
+    state = make_state(normalized_question="Where is the moon?", language="en", intent="simple_faq", retrieved=[])
+    await node.run(state, make_writer()[0])
+    assert "write to help@acme.example" in state.answer
+    state = make_state(normalized_question="今天天氣如何", language="zh-hant", intent="simple_faq", retrieved=[])
+    await node.run(state, make_writer()[0])
+    assert DEFAULT_ZH.contact in state.answer  # the Chinese words were left neutral
 
 
 async def test_no_chunks_is_an_honest_not_found_with_contact():

@@ -10,6 +10,7 @@ import pytest
 
 from concurrency.manager import LLMConcurrencyManager
 from concurrency.simulator.testing import SimulatorProcess
+from rag.branding.texts import DEFAULT_EN
 from rag.deps import PipelineConfig
 from rag.errors import UpstreamError
 from rag.nodes.response_synth import EVERY_TURN, WINDOW_FULL, ResponseSynth
@@ -140,7 +141,7 @@ async def test_fixed_replies_stay_offline_but_the_summary_is_written(
     state = faq_state(normalized_question="Tell me a joke", intent="out_of_scope", should_retrieve=False, retrieved=[])
     writer, channel = make_writer()
     await synth(make_backend(), prompts).run(state, writer)
-    assert state.answer.startswith("Sorry, I can only help with questions about the platform")
+    assert state.answer == DEFAULT_EN.out_of_scope
     assert [e["call"] for e in await drain(channel) if e["channel"] == "meta"] == []
     assert (await sim.astats())["attempts"] == 0
     assert state.summary_job is not None

@@ -12,8 +12,9 @@ from django.core.exceptions import ImproperlyConfigured
 from concurrency.live.apply import settings_apply, settings_forget
 from concurrency.live.snapshot import SettingsSnapshot
 from concurrency.manager import LLMConcurrencyManager, get_manager, set_manager
+from rag.branding.texts import Organisation
 from rag.llm import LLMBackend
-from rag.prompting.prompts import RegistryPrompts
+from rag.prompting.prompts import OrganisationPrompts, RegistryPrompts
 from rag.wiring import build_deps, configure_concurrency_manager, parse_node_map
 
 # building the dependencies opens the store, which reads the database
@@ -68,7 +69,7 @@ def test_llm_settings_build_one_backend_with_per_node_models(isolated: Any) -> N
     deps = build_deps()
     try:
         llm = deps.llm
-        assert isinstance(llm, LLMBackend) and isinstance(deps.prompts, RegistryPrompts)
+        assert isinstance(llm, LLMBackend) and isinstance(deps.prompts, OrganisationPrompts)
         assert llm.config.model_for("chat", "planner") == "qwen-small"
         assert llm.config.model_for("responses", "response_synth") == "qwen-big"
         assert llm.config.model_for("chat", "query_builder") == "qwen-chat"
@@ -133,6 +134,8 @@ async def test_registry_prompts_serve_the_production_version() -> None:
     try:
         snapshot = await RegistryPrompts().get("planner-system")
         assert "production" in snapshot.labels
-        assert "Language of the message: en" in snapshot.render(language="en", summary="")
+        assert "Language of the message: en" in snapshot.render(
+            language="en", summary="", **Organisation().prompt_variables()
+        )
     finally:
         memory.reset()
