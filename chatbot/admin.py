@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.urls import URLPattern, path
@@ -38,6 +38,12 @@ MESSAGE_FIELDS = (
     "trace_exported",
     "request_id",
     "latency_ms",
+    "outcome",
+    "best_score",
+    "weak_support",
+    "closest",
+    "curated_id",
+    "background",
     "created_at",
 )
 
@@ -62,10 +68,11 @@ class MessageInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(Conversation)
 class ConversationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("__str__", "client_id", "message_count", "updated_at", "created_at")
+    list_display = ("__str__", "client_id", "message_count", "hidden_at", "updated_at", "created_at")
+    list_filter = (("hidden_at", admin.EmptyFieldListFilter),)
     search_fields = ("title", "client_id", "=id")
     date_hierarchy = "updated_at"
-    readonly_fields = ("id", "client_id", "title", "summary", "created_at", "updated_at")
+    readonly_fields = ("id", "client_id", "title", "summary", "hidden_at", "created_at", "updated_at")
     inlines = (MessageInline,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
@@ -77,15 +84,66 @@ class ConversationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return getattr(obj, "_message_count", 0)
 
 
+class ThumbsFilter(admin.SimpleListFilter):
+    """Answers by the thumbs people gave them (any client's)."""
+
+    title = _("thumbs")
+    parameter_name = "thumbs"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, StrOrPromise]]:
+        return [("up", _("👍 up")), ("down", _("👎 down")), ("none", _("no feedback"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> QuerySet[Message]:
+        value = self.value()
+        if value in ("up", "down"):
+            thumbs = Feedback.objects.filter(kind=Feedback.Kind.THUMBS, score=1 if value == "up" else 0)
+            return queryset.filter(pk__in=thumbs.values("message_id"))
+        if value == "none":
+            return queryset.exclude(pk__in=Feedback.objects.values("message_id"))
+        return queryset
+
+
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("short_content", "role", "status", "intent", "backend", "language", "conversation", "created_at")
-    list_filter = ("status", "intent", "backend", "role", "language")
+    list_display = (
+        "short_content",
+        "role",
+        "outcome",
+        "score_shown",
+        "thumbs",
+        "status",
+        "intent",
+        "language",
+        "conversation",
+        "created_at",
+    )
+    list_filter = ("outcome", ThumbsFilter, "weak_support", "status", "intent", "backend", "role", "language")
     search_fields = ("content", "request_id", "trace_id", "conversation__title", "conversation__client_id")
     list_select_related = ("conversation",)
     date_hierarchy = "created_at"
     fields = ("conversation", *MESSAGE_FIELDS)
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
+        # the thumbs of a whole changelist page in the same query, not one per row
+        thumbs = Q(feedback__kind=Feedback.Kind.THUMBS)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _up=Count("feedback", filter=thumbs & Q(feedback__score=1)),
+                _down=Count("feedback", filter=thumbs & Q(feedback__score=0)),
+            )
+        )
+
+    @admin.display(description=_("thumbs"))
+    def thumbs(self, obj: Message) -> str:
+        up, down = getattr(obj, "_up", 0), getattr(obj, "_down", 0)
+        return " ".join(part for part in (f"👍{up}" if up else "", f"👎{down}" if down else "") if part)
+
+    @admin.display(description=_("best score"), ordering="best_score")
+    def score_shown(self, obj: Message) -> str:
+        return "" if obj.best_score is None else f"{obj.best_score:.3f}"
 
     @admin.display(description=_("content"))
     def short_content(self, obj: Message) -> str:

@@ -18,6 +18,9 @@ class Conversation(models.Model):
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    # When its visitor deleted it: hidden from the visitor from then on, kept for staff for
+    # CONVERSATION_RETENTION_DAYS, then purged (chatbot.retention).
+    hidden_at = models.DateTimeField(_("deleted by the visitor at"), null=True, blank=True, db_index=True)
 
     class Meta:
         verbose_name = _("conversation")
@@ -39,6 +42,17 @@ class Message(models.Model):
         FAILED = "failed", _("failed")
         CANCELLED = "cancelled", _("cancelled")
 
+    class Outcome(models.TextChoices):
+        """What became of the question (rag.runtime.OUTCOMES), for the content team."""
+
+        ANSWERED = "answered", _("answered")
+        REFUSED = "refused", _("refused (nothing relevant)")
+        OUT_OF_SCOPE = "out_of_scope", _("out of scope")
+        DEGRADED = "degraded", _("degraded")
+        ERROR = "error", _("error")
+        CACHED = "cached", _("from the cache")
+        CURATED = "curated", _("curated")
+
     conversation = models.ForeignKey(
         Conversation, verbose_name=_("conversation"), on_delete=models.CASCADE, related_name="messages"
     )
@@ -59,13 +73,29 @@ class Message(models.Model):
     latency_ms = models.PositiveIntegerField(_("latency ms"), null=True, blank=True)
     # answered from the retrieved passages alone because the answer LLM failed for good
     degraded = models.BooleanField(_("degraded"), default=False)
+    # an answer's outcome (blank on the question's own message)
+    outcome = models.CharField(_("outcome"), max_length=16, choices=Outcome.choices, blank=True, db_index=True)
+    best_score = models.FloatField(_("best retrieval score"), null=True, blank=True)
+    weak_support = models.BooleanField(
+        _("weakly supported"),
+        default=False,
+        help_text=_("Answered although retrieval found no passage it judged relevant."),
+    )
+    # the articles retrieval came closest to: [{doc_id, title, url, score}]
+    closest = models.JSONField(_("closest articles"), default=list, blank=True)
+    curated_id = models.CharField(_("curated answer"), max_length=64, blank=True)
+    # asked by a client's background task (a title, follow-up suggestions...), not by a person: not a question
+    background = models.BooleanField(_("background task"), default=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
         verbose_name = _("message")
         verbose_name_plural = _("messages")
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["conversation", "created_at"])]
+        indexes = [
+            models.Index(fields=["conversation", "created_at"]),
+            models.Index(fields=["role", "created_at"], name="message_role_created"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:60]}"

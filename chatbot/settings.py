@@ -185,6 +185,9 @@ QDRANT_API_KEY = env_str("QDRANT_API_KEY")
 QDRANT_COLLECTION = env_str("QDRANT_COLLECTION", "helpcentre")
 # Keep this worker's replicas (search index, semantic cache) in step with the database, twice a second.
 RAG_REPLICA_SYNC = env_bool("RAG_REPLICA_SYNC", True)
+# A conversation its visitor deleted stays for staff this many days, then the hourly purge deletes it.
+CONVERSATION_RETENTION_DAYS = env_int("CONVERSATION_RETENTION_DAYS", 30, minimum=0, maximum=36500)
+CONVERSATION_RETENTION_PURGE = env_bool("CONVERSATION_RETENTION_PURGE", True)
 CORPUS_DIR = Path(env_str("CORPUS_DIR", str(BASE_DIR / "rag" / "corpus" / "demo"))).resolve()
 
 # --- LLM: offline backend unless LLM_BASE_URL ---------------------------------------------------------

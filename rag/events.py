@@ -105,7 +105,11 @@ class Summary(TypedDict, total=False):
     loops: int
     tools: list[str]
     cached: bool
+    curated: bool
     degraded: bool
+    # what became of the question (rag.runtime.OUTCOMES) and the best retrieval score seen (None: no search ran)
+    outcome: str
+    best_score: float | None
     skipped: list[dict[str, str]]  # auxiliary steps skipped for want of a slot: rag.state.SkippedStep.as_dict()
     sources: list[dict[str, Any]]  # rag.state.SourceRef.as_dict(): ref, doc_id, title, url, and optional keys
     attachments: list[Attachment]
