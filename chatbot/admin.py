@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import gettext_noop
 
+from chatbot.curation import message_answers_approve
 from chatbot.feedback import feedback_export_rows, feedback_with_question
 from chatbot.models import Conversation, Feedback, Message
 
@@ -123,6 +124,15 @@ class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = ("conversation", *MESSAGE_FIELDS)
     readonly_fields = fields
+    actions = ("approve_as_curated",)
+
+    @admin.action(description=_("Approve as curated answers"), permissions=["approve"])
+    def approve_as_curated(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
+        approved = message_answers_approve(messages=queryset, approved_by=request.user.get_username())
+        self.message_user(request, _("%(count)d curated answer(s) approved.") % {"count": approved})
+
+    def has_approve_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("rag_curated.add_curatedanswer")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
         # the thumbs of a whole changelist page in the same query, not one per row

@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "rag",
     "rag.documents",
     "rag.semcache",
+    "rag.curated",
     "rag.workflows",
     "chatbot",
     "chatbot.apikeys",
@@ -296,6 +297,9 @@ RAG_DEGRADED_ANSWERS = env_bool("RAG_DEGRADED_ANSWERS", True)
 RAG_SEMANTIC_CACHE_ENABLED = env_bool("RAG_SEMANTIC_CACHE_ENABLED", True)
 RAG_SEMANTIC_CACHE_THRESHOLD = env_float("RAG_SEMANTIC_CACHE_THRESHOLD", 0.65, minimum=0.0, maximum=1.0)
 RAG_SEMANTIC_CACHE_TTL = env_float("RAG_SEMANTIC_CACHE_TTL", 86400.0, minimum=1.0)
+# Curated answers (staff-approved) are served before the cache to questions this close to theirs (guard included).
+RAG_CURATED_ENABLED = env_bool("RAG_CURATED_ENABLED", True)
+RAG_CURATED_THRESHOLD = env_float("RAG_CURATED_THRESHOLD", 0.65, minimum=0.01, maximum=1.0)
 # Open the vector store and build the pipeline when the ASGI application starts (not at the first question).
 RAG_PRELOAD = env_bool("RAG_PRELOAD", True)
 # Per-worker background tasks: apply live concurrency settings, follow published workflows. Default true.

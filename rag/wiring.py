@@ -36,6 +36,7 @@ from concurrency.live import live_settings_preload, register_stats_provider
 from concurrency.live.apply import on_settings_applied, settings_current
 from concurrency.live.workers import redis_config, worker_id, workers_index_key
 from concurrency.manager import get_manager
+from rag.curated.index import build_curated_answers
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
@@ -384,7 +385,21 @@ def build_deps() -> PipelineDeps:
     logger.info("retrieval: embedder %s, search mode %s", embedder.name, mode)
     if settings.RAG_SEMANTIC_CACHE_ENABLED:
         _attach_semantic_cache(deps, store, embedder)
+    if settings.RAG_CURATED_ENABLED:
+        _attach_curated_answers(deps, embedder)
     return deps
+
+
+def _attach_curated_answers(deps: PipelineDeps, embedder: Any) -> None:
+    cache = deps.cache
+    curated = build_curated_answers(
+        embedder,
+        threshold=settings.RAG_CURATED_THRESHOLD,
+        supersede=cache.supersede if cache is not None else None,
+    )
+    deps.curated = curated
+    deps.cleanups.append(curated.close)
+    deps.cleanups.append(register_stats_provider("curated_answers", curated.stats))
 
 
 def _attach_semantic_cache(deps: PipelineDeps, store: Any, embedder: Any) -> None:

@@ -4,49 +4,66 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('chatbot', '0005_verbose_names'),
+        ("chatbot", "0005_verbose_names"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='conversation',
-            name='hidden_at',
-            field=models.DateTimeField(blank=True, db_index=True, null=True, verbose_name='deleted by the visitor at'),
+            model_name="conversation",
+            name="hidden_at",
+            field=models.DateTimeField(blank=True, db_index=True, null=True, verbose_name="deleted by the visitor at"),
         ),
         migrations.AddField(
-            model_name='message',
-            name='background',
-            field=models.BooleanField(default=False, verbose_name='background task'),
+            model_name="message",
+            name="background",
+            field=models.BooleanField(default=False, verbose_name="background task"),
         ),
         migrations.AddField(
-            model_name='message',
-            name='best_score',
-            field=models.FloatField(blank=True, null=True, verbose_name='best retrieval score'),
+            model_name="message",
+            name="best_score",
+            field=models.FloatField(blank=True, null=True, verbose_name="best retrieval score"),
         ),
         migrations.AddField(
-            model_name='message',
-            name='closest',
-            field=models.JSONField(blank=True, default=list, verbose_name='closest articles'),
+            model_name="message",
+            name="closest",
+            field=models.JSONField(blank=True, default=list, verbose_name="closest articles"),
         ),
         migrations.AddField(
-            model_name='message',
-            name='curated_id',
-            field=models.CharField(blank=True, max_length=64, verbose_name='curated answer'),
+            model_name="message",
+            name="curated_id",
+            field=models.CharField(blank=True, max_length=64, verbose_name="curated answer"),
         ),
         migrations.AddField(
-            model_name='message',
-            name='outcome',
-            field=models.CharField(blank=True, choices=[('answered', 'answered'), ('refused', 'refused (nothing relevant)'), ('out_of_scope', 'out of scope'), ('degraded', 'degraded'), ('error', 'error'), ('cached', 'from the cache'), ('curated', 'curated')], db_index=True, max_length=16, verbose_name='outcome'),
+            model_name="message",
+            name="outcome",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("answered", "answered"),
+                    ("refused", "refused (nothing relevant)"),
+                    ("out_of_scope", "out of scope"),
+                    ("degraded", "degraded"),
+                    ("error", "error"),
+                    ("cached", "from the cache"),
+                    ("curated", "curated"),
+                ],
+                db_index=True,
+                max_length=16,
+                verbose_name="outcome",
+            ),
         ),
         migrations.AddField(
-            model_name='message',
-            name='weak_support',
-            field=models.BooleanField(default=False, help_text='Answered although retrieval found no passage it judged relevant.', verbose_name='weakly supported'),
+            model_name="message",
+            name="weak_support",
+            field=models.BooleanField(
+                default=False,
+                help_text="Answered although retrieval found no passage it judged relevant.",
+                verbose_name="weakly supported",
+            ),
         ),
         migrations.AddIndex(
-            model_name='message',
-            index=models.Index(fields=['role', 'created_at'], name='message_role_created'),
+            model_name="message",
+            index=models.Index(fields=["role", "created_at"], name="message_role_created"),
         ),
     ]
