@@ -32,6 +32,35 @@ class Conversation(models.Model):
         return self.title or str(self.id)
 
 
+class GapTopic(models.Model):
+    """Questions the content could not answer well (refused, weakly supported, thumbs down), similar ones together
+    across languages: what the content team should write next. Kept up to date incrementally (chatbot.gaps)."""
+
+    label = models.CharField(_("topic"), max_length=300, help_text=_("The first question of the topic."))
+    count = models.PositiveIntegerField(_("questions"), default=0)
+    refused = models.PositiveIntegerField(_("refused"), default=0)
+    weak = models.PositiveIntegerField(_("weakly supported"), default=0)
+    disliked = models.PositiveIntegerField(_("thumbs down"), default=0)
+    languages = models.JSONField(_("languages"), default=dict, blank=True)  # language -> questions
+    examples = models.JSONField(_("examples"), default=list, blank=True)  # a few questions as asked
+    closest = models.JSONField(_("closest articles"), default=dict, blank=True)  # doc_id -> {title, url, count}
+    daily = models.JSONField(_("questions per day"), default=dict, blank=True)  # ISO date -> questions
+    concepts = models.JSONField(_("key concepts"), default=list, blank=True)
+    centroid = models.BinaryField(_("centroid"), null=True, blank=True)  # float32 mean of the questions' vectors
+    first_seen = models.DateTimeField(_("first seen"))
+    last_seen = models.DateTimeField(_("last seen"), db_index=True)
+    handled_at = models.DateTimeField(_("handled at"), null=True, blank=True, db_index=True)
+    handled_by = models.CharField(_("handled by"), max_length=150, blank=True)
+
+    class Meta:
+        verbose_name = _("content gap")
+        verbose_name_plural = _("content gaps")
+        ordering = ["-count", "-last_seen"]
+
+    def __str__(self) -> str:
+        return self.label
+
+
 class Message(models.Model):
     class Role(models.TextChoices):
         USER = "user", _("user")
@@ -86,6 +115,14 @@ class Message(models.Model):
     curated_id = models.CharField(_("curated answer"), max_length=64, blank=True)
     # asked by a client's background task (a title, follow-up suggestions...), not by a person: not a question
     background = models.BooleanField(_("background task"), default=False)
+    gap_topic = models.ForeignKey(
+        GapTopic,
+        verbose_name=_("content gap"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="messages",
+    )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
