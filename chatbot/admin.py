@@ -13,14 +13,19 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template import engines
-from django.urls import URLPattern, path
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import gettext_noop
 
 from chatbot.curation import message_answers_approve
 from chatbot.feedback import feedback_export_rows, feedback_with_question
-from chatbot.models import Conversation, Feedback, Message
+from chatbot.gaps import gap_impact, gap_topics_mark_handled
+from chatbot.insights import MAX_DAYS, insights_csv, insights_summary
+from chatbot.models import Conversation, Feedback, GapTopic, Message
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -279,3 +284,123 @@ class FeedbackAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def answer(self, obj: Feedback) -> str:
         content = obj.message.content
         return content[:60] + ("…" if len(content) > 60 else "")
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def _day_bars(per_day: list[dict[str, Any]], *, width: int = 720, height: int = 160) -> dict[str, Any]:
+    """A bar per day (all questions, the answered ones over them), as numbers for the template's SVG."""
+    peak = max((day["questions"] for day in per_day), default=0) or 1
+    step = width / max(len(per_day), 1)
+    base = height - 2
+    bars = []
+    for i, day in enumerate(per_day):
+        h_all = round(day["questions"] / peak * (height - 20), 1)
+        h_ok = round(day["answered"] / peak * (height - 20), 1)
+        bars.append(
+            {
+                **day,
+                "x": round(i * step + 1, 1),
+                "w": round(max(step - 2, 1), 1),
+                "y_all": round(base - h_all, 1),
+                "h_all": h_all,
+                "y_ok": round(base - h_ok, 1),
+                "h_ok": h_ok,
+            }
+        )
+    return {"width": width, "height": height, "base": base, "bars": bars, "peak": peak}
+
+
+@admin.register(GapTopic)
+class GapTopicAdmin(admin.ModelAdmin):
+    """What the content could not answer, by topic; the insights page hangs off it."""
+
+    list_display = ("label", "count", "impact", "language_list", "last_seen", "handled_at", "curate")
+    list_filter = (("handled_at", admin.EmptyFieldListFilter),)
+    search_fields = ("label", "examples")
+    readonly_fields = (
+        "label",
+        "count",
+        "refused",
+        "weak",
+        "disliked",
+        "languages",
+        "examples",
+        "closest",
+        "daily",
+        "concepts",
+        "first_seen",
+        "last_seen",
+        "handled_at",
+        "handled_by",
+    )
+    exclude = ("centroid",)
+    actions = ("mark_handled",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[GapTopic]:
+        return super().get_queryset(request).defer("centroid")
+
+    @admin.display(description=_("impact"))
+    def impact(self, obj: GapTopic) -> int:
+        return gap_impact(obj)
+
+    @admin.display(description=_("languages"))
+    def language_list(self, obj: GapTopic) -> str:
+        return ", ".join(f"{language} {count}" for language, count in sorted(obj.languages.items()))
+
+    @admin.display(description=_("add a curated answer"))
+    def curate(self, obj: GapTopic) -> str:
+        url = reverse("admin:rag_curated_curatedanswer_add") + "?" + urlencode({"question": obj.label})
+        return format_html('<a href="{}">{}</a>', url, _("add a curated answer"))
+
+    @admin.action(description=_("Mark handled"), permissions=["change"])
+    def mark_handled(self, request: HttpRequest, queryset: QuerySet[GapTopic]) -> None:
+        handled = gap_topics_mark_handled(
+            ids=list(queryset.values_list("pk", flat=True)), handled_by=request.user.get_username()
+        )
+        self.message_user(request, _("%(count)d topic(s) marked handled.") % {"count": handled})
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path("insights/", self.admin_site.admin_view(self.insights_view), name="chatbot_insights"),
+            path("insights.csv", self.admin_site.admin_view(self.insights_csv_view), name="chatbot_insights_csv"),
+            *super().get_urls(),
+        ]
+
+    def _days(self, request: HttpRequest) -> int:
+        raw = request.GET.get("days", "30")
+        return min(int(raw), MAX_DAYS) if raw.isdigit() and int(raw) > 0 else 30
+
+    def insights_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        days = self._days(request)
+        summary = insights_summary(days=days)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Insights"),
+            "days": days,
+            "s": summary,
+            "rates": {
+                "answered": _percent(summary["answered_rate"]),
+                "satisfaction": _percent(summary["satisfaction"]["rate"]),
+                "cache": _percent(summary["cache_hit_rate"]),
+                "curated": _percent(summary["curated_hit_rate"]),
+            },
+            "chart": _day_bars(summary["per_day"]),
+            "csv_url": reverse("admin:chatbot_insights_csv"),
+        }
+        return TemplateResponse(request, "admin/chatbot/insights.html", context)
+
+    def insights_csv_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        response = HttpResponse(insights_csv(insights_summary(days=self._days(request))), content_type="text/csv")
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        response["Content-Disposition"] = f'attachment; filename="insights-{stamp}.csv"'
+        return response

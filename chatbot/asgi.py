@@ -19,6 +19,7 @@ from django.core.asgi import get_asgi_application
 # server), which is what `make run` needs; behind a proxy in production the proxy serves STATIC_ROOT instead.
 django_application = ASGIStaticFilesHandler(get_asgi_application())
 
+from chatbot.gaps_task import gaps_refresh_task  # noqa: E402
 from chatbot.retention import retention_task  # noqa: E402
 from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
 from concurrency.live import live_settings_task  # noqa: E402
@@ -41,7 +42,7 @@ provide_runtime(get_runtime)
 # visitors deleted past the retention period.
 application = WorkerTasksMiddleware(
     build_application(django_application),
-    [live_settings_task, workflow_sync_task, replica_sync_task, job_runner_task, retention_task],
+    [live_settings_task, workflow_sync_task, replica_sync_task, job_runner_task, retention_task, gaps_refresh_task],
 )
 
 import sys  # noqa: E402

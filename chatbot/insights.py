@@ -125,8 +125,12 @@ def insights_csv(summary: dict[str, Any]) -> str:
     writer.writerow([csv_cell("satisfaction_rate"), csv_cell(summary["satisfaction"]["rate"])])
     for key, value in summary["latency_ms"].items():
         writer.writerow([csv_cell(f"latency_{key}_ms"), csv_cell(value)])
+    writer.writerow([])
+    writer.writerow(["language", "questions"])
     for language, count in summary["languages"].items():
-        writer.writerow([csv_cell(f"language {language or '-'}"), csv_cell(count)])
+        writer.writerow([csv_cell(language or "-"), csv_cell(count)])
+    writer.writerow([])
+    writer.writerow(["content gap", "questions"])
     for topic in summary["top_gap_topics"]:
-        writer.writerow([csv_cell(f"gap: {topic['topic']}"), csv_cell(topic["count"])])
+        writer.writerow([csv_cell(topic["topic"]), csv_cell(topic["count"])])
     return buffer.getvalue()

@@ -9,22 +9,15 @@ from django.urls import path
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from chatbot.gaps import gaps_report, gaps_update
+from chatbot.gaps import gaps_report
+from chatbot.gaps_task import gaps_refresh
 from chatbot.insights import MAX_DAYS, insights_summary
 from concurrency.access import SCOPE_READ, Policy, Rule, staff_api
 from concurrency.jsonio import json_error
-from rag.provider import get_runtime
 
 READ = Policy(
     read=Rule(refusal=f"staff session or an API key with the '{SCOPE_READ}' scope required", key_scope=SCOPE_READ)
 )
-
-
-async def gaps_refresh() -> int:
-    """Take in the gap questions logged since the last update, with this worker's embedder."""
-    deps = await get_runtime().deps()
-    embedder = deps.retriever.embedder
-    return await sync_to_async(gaps_update)(embed=embedder.embed_documents, dim=int(embedder.dim))
 
 
 def _flag(request: HttpRequest, name: str) -> bool | None:

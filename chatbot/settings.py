@@ -189,6 +189,8 @@ RAG_REPLICA_SYNC = env_bool("RAG_REPLICA_SYNC", True)
 # A conversation its visitor deleted stays for staff this many days, then the hourly purge deletes it.
 CONVERSATION_RETENTION_DAYS = env_int("CONVERSATION_RETENTION_DAYS", 30, minimum=0, maximum=36500)
 CONVERSATION_RETENTION_PURGE = env_bool("CONVERSATION_RETENTION_PURGE", True)
+# Seconds between each worker's update of the content gaps (0: only when the gaps or summary API is read).
+CONTENT_GAPS_UPDATE_SECONDS = env_float("CONTENT_GAPS_UPDATE_SECONDS", 300.0, minimum=0.0)
 CORPUS_DIR = Path(env_str("CORPUS_DIR", str(BASE_DIR / "rag" / "corpus" / "demo"))).resolve()
 
 # --- LLM: offline backend unless LLM_BASE_URL ---------------------------------------------------------
