@@ -313,9 +313,27 @@ def _day_bars(per_day: list[dict[str, Any]], *, width: int = 720, height: int = 
     return {"width": width, "height": height, "base": base, "bars": bars, "peak": peak}
 
 
+# The insights button's label, translated by the template below.
+gettext_noop("Insights")
+
+
+@cache
+def _gaps_change_list_template() -> Any:
+    return engines["django"].from_string(
+        '{% extends "admin/change_list.html" %}{% load i18n %}'
+        "{% block object-tools-items %}"
+        "<li><a href=\"{% url 'admin:chatbot_insights' %}\" class=\"viewlink\">{% translate 'Insights' %}</a></li>"
+        "{{ block.super }}{% endblock %}"
+    )
+
+
 @admin.register(GapTopic)
 class GapTopicAdmin(admin.ModelAdmin):
     """What the content could not answer, by topic; the insights page hangs off it."""
+
+    @property
+    def change_list_template(self) -> Any:  # type: ignore[override]
+        return _gaps_change_list_template()
 
     list_display = ("label", "count", "impact", "language_list", "last_seen", "handled_at", "curate")
     list_filter = (("handled_at", admin.EmptyFieldListFilter),)

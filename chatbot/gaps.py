@@ -65,6 +65,7 @@ class _Topic:
     concepts: set[str] = field(default_factory=set)
     members: list[int] = field(default_factory=list)
     changed: bool = False
+    slot: int = -1  # its row in the run's centroid matrix
 
 
 def _mark(name: str) -> StoreRevision:
@@ -135,43 +136,63 @@ def _unit(vector: Sequence[float]) -> np.ndarray | None:
 
 
 class _Grouper:
-    """The open topics in memory for one run: the best topic of a question, by vector or by concepts."""
+    """The open topics in memory for one run: the best topic of a question, by vector or by concepts. The matrix of
+    unit centroids is kept in step row by row (a question moves one centroid; a new topic adds one row)."""
 
     def __init__(self, topics: list[_Topic], dim: int, threshold: float) -> None:
         self.topics = topics
         self.dim = dim
         self.threshold = threshold
-        self._matrix: np.ndarray | None = None
+        self._rows = max(16, 2 * len(topics))
+        self._matrix = np.zeros((self._rows, dim), dtype=np.float32)
+        for row, topic in enumerate(topics):
+            topic.slot = row
+            self._set_row(row, topic)
+        self._by_concept: dict[str, set[int]] = {}
+        for row, topic in enumerate(topics):
+            for concept in topic.concepts:
+                self._by_concept.setdefault(concept, set()).add(row)
 
-    def _centroids(self) -> np.ndarray:
-        if self._matrix is None:
-            rows = [
-                t.total / max(float(np.linalg.norm(t.total)), 1e-9) if t.total is not None else np.zeros(self.dim)
-                for t in self.topics
-            ]
-            self._matrix = np.vstack(rows).astype(np.float32) if rows else np.zeros((0, self.dim), np.float32)
-        return self._matrix
+    def _set_row(self, row: int, topic: _Topic) -> None:
+        if topic.total is not None:
+            self._matrix[row] = topic.total / max(float(np.linalg.norm(topic.total)), 1e-9)
 
     def place(self, vector: np.ndarray | None, concepts: set[str]) -> _Topic | None:
-        if not self.topics:
+        count = len(self.topics)
+        if not count:
             return None
         if vector is not None:
-            scores = self._centroids() @ vector
+            scores = self._matrix[:count] @ vector
             best = int(np.argmax(scores))
             if float(scores[best]) >= self.threshold:
                 return self.topics[best]
         if len(concepts) >= 2:
-            shared = [(len(concepts & t.concepts) / len(concepts | t.concepts), t) for t in self.topics if t.concepts]
+            rows = set().union(*(self._by_concept.get(concept, set()) for concept in concepts))
+            shared = [
+                (len(concepts & self.topics[r].concepts) / len(concepts | self.topics[r].concepts), r) for r in rows
+            ]
             if shared:
-                overlap, topic = max(shared, key=lambda pair: pair[0])
+                overlap, row = max(shared)
                 if overlap >= CONCEPT_OVERLAP:
-                    return topic
+                    return self.topics[row]
         return None
 
-    def add(self, topic: _Topic, vector: np.ndarray | None) -> None:
+    def new(self, topic: _Topic) -> None:
+        topic.slot = len(self.topics)
+        self.topics.append(topic)
+        if len(self.topics) > self._rows:
+            self._rows *= 2
+            grown = np.zeros((self._rows, self.dim), dtype=np.float32)
+            grown[: len(self.topics) - 1] = self._matrix[: len(self.topics) - 1]
+            self._matrix = grown
+
+    def add(self, topic: _Topic, vector: np.ndarray | None, concepts: set[str]) -> None:
+        row = topic.slot
         if vector is not None:
             topic.total = vector.copy() if topic.total is None else topic.total + vector
-        self._matrix = None  # rebuilt at the next placement (once per changed topic, not per question)
+            self._set_row(row, topic)
+        for concept in concepts - topic.concepts:
+            self._by_concept.setdefault(concept, set()).add(row)
 
 
 def _record(topic: _Topic, candidate: _Candidate, concepts: set[str]) -> None:
@@ -245,8 +266,8 @@ def _place_all(candidates: list[_Candidate], *, embed: Embed, dim: int, threshol
                 daily={},
             )
             topic = _Topic(row, None)
-            grouper.topics.append(topic)
-        grouper.add(topic, vector)
+            grouper.new(topic)
+        grouper.add(topic, vector, concepts)
         _record(topic, candidate, concepts)
     for topic in grouper.topics:
         if not topic.changed:

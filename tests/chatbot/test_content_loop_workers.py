@@ -1,6 +1,7 @@
 """The content team's loop on two real daphne workers sharing PostgreSQL (or SQLite) and Redis: a curated answer
 added with `manage.py curated add` is what a paraphrase of its question gets, marked curated, on both workers, and
-it retires the cached answer to that question."""
+it retires the cached answer to that question; ten unanswerable questions, asked of either worker, come back as
+fewer content-gap topics; the insights summary counts every question asked."""
 
 from __future__ import annotations
 
@@ -32,8 +33,12 @@ def cluster() -> Iterator[Cluster]:
         yield workers, env
 
 
+ASKED: list[str] = []  # every question this module asked the cluster (the summary must count as many)
+
+
 def ask(worker: Worker, question: str) -> dict[str, Any]:
     """The terminal event of one SSE answer, with the answer's text under "text"."""
+    ASKED.append(question)
     events = []
     with httpx.stream(
         "POST", worker.url + "/api/v1/rag/ask/stream_chat", json={"question": question}, timeout=30.0
@@ -85,3 +90,36 @@ def cache_rows(env: dict[str, str], question: str) -> int:
             return int(row[0]) if row else 0
     with contextlib.closing(sqlite3.connect(Path(env["DATA_DIR"]) / "db.sqlite3", timeout=5)) as connection:
         return int(connection.execute(query.replace("%s", "?"), (question,)).fetchone()[0])
+
+
+UNANSWERABLE = (
+    "Can I bring my dog to the exam centre?",
+    "Can I bring my dog into the exam centre?",
+    "can i bring a dog to the exam centre",
+    "考場可以帶狗嗎？",
+    "考場可以帶狗進去嗎？",
+    "Is there a vegetarian lunch at the workshop?",
+    "is there vegetarian lunch at the workshop",
+    "工作坊有素食午餐嗎？",
+    "工作坊有沒有素食午餐？",
+    "工作坊的午餐有素食嗎？",
+)
+
+
+def test_unanswerable_questions_become_fewer_gap_topics_and_the_summary_counts_every_question(
+    cluster: Cluster,
+) -> None:
+    (first, second), env = cluster
+    for n, question in enumerate(UNANSWERABLE):
+        assert ask((first, second)[n % 2], question)["outcome"] == "refused", question
+    key = manage(env, "apikey", "create", "--name", "reports", "--scopes", "admin-read").split()[-1]
+    headers = {"Authorization": f"Bearer {key}"}
+
+    topics = second.http.get("/api/v1/admin/insights/gaps", headers=headers, timeout=30.0).json()["topics"]
+    assert sum(topic["count"] for topic in topics) == len(UNANSWERABLE)
+    assert len(topics) < len(UNANSWERABLE) and all(topic["count"] >= 2 for topic in topics), topics
+
+    summary = first.http.get("/api/v1/admin/insights/summary", headers=headers, timeout=30.0).json()
+    assert summary["questions"] == len(ASKED), (summary["questions"], len(ASKED))
+    assert summary["outcomes"]["refused"] == len(UNANSWERABLE)
+    assert summary["outcomes"]["curated"] >= 2

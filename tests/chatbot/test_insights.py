@@ -105,3 +105,4 @@ def test_the_admin_insights_page_draws_its_chart_and_exports_guarded_csv() -> No
 
     listed = client.get("/admin/chatbot/gaptopic/")
     assert listed.status_code == 200 and "/admin/rag_curated/curatedanswer/add/?question=" in listed.content.decode()
+    assert "/admin/chatbot/gaptopic/insights/" in listed.content.decode()
