@@ -97,7 +97,9 @@ def _candidates(messages_mark: StoreRevision, feedback_mark: StoreRevision, batc
     if disliked:
         feedback_mark.revision = disliked[-1][0]
     more = [message_id for _id, message_id in disliked if message_id not in reasons]
-    rows += list(Message.objects.filter(id__in=more).values("id", "request_id", "language", "created_at", "closest"))
+    rows += list(
+        Message.objects.filter(id__in=more).values("id", "request_id", "language", "created_at", "closest", "outcome")
+    )
     reasons.update(dict.fromkeys(more, DISLIKED))
     asked = dict(
         Message.objects.filter(request_id__in=[row["request_id"] for row in rows], role=Message.Role.USER).values_list(

@@ -248,7 +248,11 @@ class PipelineRun:
             intent=state.intent,
             question=state.normalized_question,
             sources=tuple(state.sources),
-            usage=dict(state.usage.as_dict()),
+            usage={
+                "input_tokens": state.usage.input_tokens,
+                "output_tokens": state.usage.output_tokens,
+                "total_tokens": state.usage.total_tokens,
+            },
             trace_id=state.trace_id,
             trace_exported=state.trace_exported,
             degraded=state.degraded,

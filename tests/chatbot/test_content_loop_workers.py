@@ -69,7 +69,12 @@ def test_a_curated_answer_reaches_both_workers_and_retires_the_cached_one(cluste
 
     paraphrase = "how do i download my certificate"
     for worker in (first, second):
-        got = poll(lambda worker=worker: (t := ask(worker, paraphrase))["curated"] and t, within=2.0, interval=0.1)
+
+        def curated(worker: Worker = worker) -> dict[str, Any] | None:
+            terminal = ask(worker, paraphrase)
+            return terminal if terminal["curated"] else None
+
+        got = poll(curated, within=2.0, interval=0.1)
         assert got, f"{worker.url} did not serve the curated answer within 2 s"
         assert got["outcome"] == "curated" and got["cached"] is False
         assert got["text"].startswith(answer) and "https://help.example/certificates" in got["text"]
