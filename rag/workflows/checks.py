@@ -62,12 +62,15 @@ async def workflow_draft_check(*, runtime: PipelineRuntime, draft_id: int, backe
     draft = await WorkflowDraft.objects.aget(pk=draft_id)
     tests = [test async for test in PublishTest.objects.filter(active=True)]
     definition = WorkflowDefinition.from_dict(draft.graph)
-    results = []
+    results: list[dict[str, Any]] = []
+    passed = regressions = 0
     for test in tests:
         draft_answer, draft_sources = await _answer(runtime, test.question, backend, definition)
         production_answer, production_sources = await _answer(runtime, test.question, backend, None)
         mine = answer_verdict(test, answer=draft_answer, sources=draft_sources)
         theirs = answer_verdict(test, answer=production_answer, sources=production_sources)
+        passed += mine.passed
+        regressions += theirs.passed and not mine.passed
         results.append(
             {
                 "test_id": test.pk,
@@ -78,8 +81,6 @@ async def workflow_draft_check(*, runtime: PipelineRuntime, draft_id: int, backe
                 "production_missing": theirs.missing,
             }
         )
-    passed = sum(r["draft_passed"] for r in results)
-    regressions = sum(r["production_passed"] and not r["draft_passed"] for r in results)
     return await PublishCheck.objects.acreate(
         draft=draft,
         version=draft.version,
