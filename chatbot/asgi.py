@@ -19,6 +19,8 @@ from django.core.asgi import get_asgi_application
 # server), which is what `make run` needs; behind a proxy in production the proxy serves STATIC_ROOT instead.
 django_application = ASGIStaticFilesHandler(get_asgi_application())
 
+from chatbot.gaps_task import gaps_refresh_task  # noqa: E402
+from chatbot.retention import retention_task  # noqa: E402
 from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
 from concurrency.live import live_settings_task  # noqa: E402
 from concurrency.worker_tasks import WorkerTasksMiddleware  # noqa: E402
@@ -36,10 +38,11 @@ provide_runtime(get_runtime)
 # unless its setting switches it off: live settings (a saved change applied within a second, stats published),
 # the workflow sync (published workflows reach this worker within a second), the replica sync (a reindex or a
 # cached answer from any worker reaches this one's in-memory copies within a second), and the job runner (index
-# and backfill jobs, claimed one at a time by whichever worker is free).
+# and backfill jobs, claimed one at a time by whichever worker is free), and the hourly purge of conversations their
+# visitors deleted past the retention period.
 application = WorkerTasksMiddleware(
     build_application(django_application),
-    [live_settings_task, workflow_sync_task, replica_sync_task, job_runner_task],
+    [live_settings_task, workflow_sync_task, replica_sync_task, job_runner_task, retention_task, gaps_refresh_task],
 )
 
 import sys  # noqa: E402

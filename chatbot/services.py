@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from chatbot.models import Conversation, Message
 from rag.state import Turn
@@ -38,7 +39,11 @@ def conversation_context_get(*, conversation_id: str | None, client_id: str) -> 
         parsed = uuid.UUID(conversation_id)
     except (ValueError, AttributeError, TypeError):
         raise UnknownConversation(f"unknown conversation_id {conversation_id!r}") from None
-    conversation = Conversation.objects.filter(pk=parsed, client_id=client_id).only("id", "summary").first()
+    conversation = (
+        Conversation.objects.filter(pk=parsed, client_id=client_id, hidden_at__isnull=True)
+        .only("id", "summary")
+        .first()
+    )
     if conversation is None:
         raise UnknownConversation(f"unknown conversation_id {conversation_id!r}")
     recent = list(
@@ -73,7 +78,13 @@ def exchange_record(
         )
         if not created and conversation.client_id != client_id:
             raise UnknownConversation(f"unknown conversation_id {conversation_id!r}")
-        asked = Message(conversation=conversation, role=Message.Role.USER, content=question, request_id=request_id)
+        asked = Message(
+            conversation=conversation,
+            role=Message.Role.USER,
+            content=question,
+            request_id=request_id,
+            background=bool(meta.get("background", False)),
+        )
         message = Message(
             conversation=conversation,
             role=Message.Role.ASSISTANT,
@@ -90,6 +101,12 @@ def exchange_record(
             trace_exported=bool(meta.get("trace_exported", False)),
             latency_ms=meta.get("latency_ms"),
             degraded=bool(meta.get("degraded", False)),
+            outcome=str(meta.get("outcome", "")),
+            best_score=meta.get("best_score"),
+            weak_support=bool(meta.get("weak_support", False)),
+            closest=list(meta.get("closest", [])),
+            curated_id=str(meta.get("curated_id", "")),
+            background=bool(meta.get("background", False)),
         )
         Message.objects.bulk_create([asked, message])
         fields = ["updated_at"]
@@ -124,11 +141,17 @@ def conversation_rename(*, conversation_id: uuid.UUID, client_id: str, title: st
 
     An update of the title alone: the conversation keeps its place in the list (`updated_at` is not touched).
     """
-    updated = Conversation.objects.filter(pk=conversation_id, client_id=client_id).update(title=title)
+    updated = Conversation.objects.filter(pk=conversation_id, client_id=client_id, hidden_at__isnull=True).update(
+        title=title
+    )
     return updated == 1
 
 
 def conversation_delete(*, conversation_id: uuid.UUID, client_id: str) -> bool:
-    """Delete one of the client's conversations with its messages (and their feedback); False when none."""
-    deleted, _by_model = Conversation.objects.filter(pk=conversation_id, client_id=client_id).delete()
-    return deleted > 0
+    """The visitor deletes one of their conversations: it is gone for them at once (listed nowhere, not to be
+    continued), while staff keep it, with its messages and feedback, for CONVERSATION_RETENTION_DAYS
+    (chatbot.retention purges it then). False when the client has no such conversation."""
+    hidden = Conversation.objects.filter(pk=conversation_id, client_id=client_id, hidden_at__isnull=True).update(
+        hidden_at=timezone.now()
+    )
+    return hidden == 1

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "rag",
     "rag.documents",
     "rag.semcache",
+    "rag.curated",
     "rag.workflows",
     "rag.branding",
     "chatbot",
@@ -199,6 +200,11 @@ BRANDING_CHECK_INTERVAL = env_float("BRANDING_CHECK_INTERVAL", 1.0, minimum=0.0)
 SOURCE_CRAWL_USER_AGENT = env_str("SOURCE_CRAWL_USER_AGENT", "HelpCentreBot/1.0 (+self-hosted help-centre assistant)")
 SOURCE_CRAWL_MAX_BYTES = env_int("SOURCE_CRAWL_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
 SOURCE_CRAWL_TIMEOUT = env_float("SOURCE_CRAWL_TIMEOUT", 20.0, minimum=0.1)
+# A conversation its visitor deleted stays for staff this many days, then the hourly purge deletes it.
+CONVERSATION_RETENTION_DAYS = env_int("CONVERSATION_RETENTION_DAYS", 30, minimum=0, maximum=36500)
+CONVERSATION_RETENTION_PURGE = env_bool("CONVERSATION_RETENTION_PURGE", True)
+# Seconds between each worker's update of the content gaps (0: only when the gaps or summary API is read).
+CONTENT_GAPS_UPDATE_SECONDS = env_float("CONTENT_GAPS_UPDATE_SECONDS", 300.0, minimum=0.0)
 
 # --- LLM: offline backend unless LLM_BASE_URL ---------------------------------------------------------
 LLM_BASE_URL = env_url("LLM_BASE_URL", schemes=("http", "https"))
@@ -321,6 +327,9 @@ RAG_DEGRADED_ANSWERS = env_bool("RAG_DEGRADED_ANSWERS", True)
 RAG_SEMANTIC_CACHE_ENABLED = env_bool("RAG_SEMANTIC_CACHE_ENABLED", True)
 RAG_SEMANTIC_CACHE_THRESHOLD = env_float("RAG_SEMANTIC_CACHE_THRESHOLD", 0.65, minimum=0.0, maximum=1.0)
 RAG_SEMANTIC_CACHE_TTL = env_float("RAG_SEMANTIC_CACHE_TTL", 86400.0, minimum=1.0)
+# Curated answers (staff-approved) are served before the cache to questions this close to theirs (guard included).
+RAG_CURATED_ENABLED = env_bool("RAG_CURATED_ENABLED", True)
+RAG_CURATED_THRESHOLD = env_float("RAG_CURATED_THRESHOLD", 0.65, minimum=0.01, maximum=1.0)
 # Open the vector store and build the pipeline when the ASGI application starts (not at the first question).
 RAG_PRELOAD = env_bool("RAG_PRELOAD", True)
 # Per-worker background tasks: apply live concurrency settings, follow published workflows. Default true.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -59,6 +58,8 @@ class AskInput:
     # Whether a failed answer LLM may give a degraded answer from the passages (the chat page) or must end with its
     # error (the OpenAI API, whose clients retry on 429/503/504).
     degraded_allowed: bool = True
+    # A client's background task (a title, follow-up suggestions): recorded, but never counted as a question.
+    background: bool = False
 
 
 def ask_input_parse(payload: Any, *, backend: str | None, client_id: str) -> AskInput:
@@ -120,7 +121,7 @@ class ChatExchange:
         self.ask = ask
         self.run = run
         self.conversation_id = conversation_id
-        self.request_id = run.state.request_id
+        self.request_id = run.request_id
         self._answer: list[str] = []
         self.recorded: asyncio.Task[Any] | None = None
 
@@ -166,17 +167,23 @@ class ChatExchange:
         if code in NOT_RECORDED or self.recorded is not None:
             return
         status = "ok" if not code else ("cancelled" if code == "cancelled" else "failed")
-        state = self.run.state
+        outcome = self.run.outcome()
         meta = {
-            "backend": state.backend,
-            "language": state.language,
-            "intent": state.intent,
-            "sources": [s.as_dict() for s in state.sources],
-            "usage": state.usage.as_dict(),
-            "trace_id": state.trace_id,
-            "trace_exported": state.trace_exported,
-            "latency_ms": int(((self.run.finished or time.monotonic()) - self.run.started) * 1000),
-            "degraded": state.degraded,
+            "backend": outcome.backend,
+            "language": outcome.language,
+            "intent": outcome.intent,
+            "sources": [s.as_dict() for s in outcome.sources],
+            "usage": outcome.usage,
+            "trace_id": outcome.trace_id,
+            "trace_exported": outcome.trace_exported,
+            "latency_ms": int(outcome.elapsed_ms),
+            "degraded": outcome.degraded,
+            "outcome": outcome.outcome,
+            "best_score": outcome.best_score,
+            "weak_support": outcome.weak_support,
+            "closest": list(outcome.closest),
+            "curated_id": outcome.curated_id,
+            "background": self.ask.background,
         }
         task = asyncio.create_task(
             exchange_recorder().run(
@@ -189,7 +196,7 @@ class ChatExchange:
                 status=status,
                 error_code=code,
                 meta=meta,
-                new_summary=state.new_summary if status == "ok" else "",
+                new_summary=outcome.new_summary if status == "ok" else "",
             ),
             name=f"record-{self.request_id}",
         )
@@ -197,8 +204,8 @@ class ChatExchange:
         task.add_done_callback(_record_done)
         self.recorded = task
         # the model's summary after the terminal event; a client carrying its history (the API) reads none
-        if status == "ok" and state.summary_job is not None and self.ask.history is None:
-            summary_write_later(self.conversation_id, self.request_id, state.summary_job, task)
+        if status == "ok" and outcome.summary_job is not None and self.ask.history is None:
+            summary_write_later(self.conversation_id, self.request_id, outcome.summary_job, task)
 
 
 def _record_done(task: asyncio.Task[Any]) -> None:

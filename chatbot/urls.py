@@ -13,6 +13,7 @@ urlpatterns = [
     path("", include("concurrency.urls")),
     path("", include("rag.documents.urls")),
     path("", include("rag.workflows.urls")),
+    path("", include("chatbot.insights_api")),
     path("", views.chat_page, name="chat"),
     path("api/v1/health", views.health, name="health"),
     path("api/v1/ready", views.ready, name="ready"),

@@ -96,6 +96,7 @@ class PipelineDeps:
     # Where LLM nodes get their prompts; None means the catalogue's built-in defaults (rag.prompting.prompts).
     prompts: PromptProvider | None = None
     cache: Any = None  # the semantic cache, when enabled
+    curated: Any = None  # the curated answers (rag.curated.index.CuratedAnswers), when enabled
     answer_stats: AnswerStats = field(default_factory=AnswerStats)  # counts shown in the console
     telemetry: Any = None
     # The organisation's name and words (contact and out-of-scope replies, prompt variables); neutral by default.

@@ -37,15 +37,19 @@ logger = logging.getLogger(__name__)
 CHECK_INTERVAL = 0.5
 _RETRY_DELAY = 5.0
 
-Replicas = tuple[Any, Any]  # (the VectorStore, the semantic cache index or None)
+Replicas = tuple[Any, ...]  # what has a `sync()`: the VectorStore, the semantic cache index, the curated answers
 
 
 async def runtime_replicas() -> Replicas:
-    """The pipeline runtime's store and semantic cache index (building the runtime if needed)."""
+    """The pipeline runtime's store, semantic cache index and curated answers (building the runtime if needed).
+    With a Qdrant server, only the curated answers: the server answers the rest itself."""
     deps = await get_runtime().deps()
+    curated = getattr(deps, "curated", None)
+    if getattr(settings, "QDRANT_URL", ""):
+        return (curated,)
     store = getattr(deps.retriever, "store", None)
     cache = getattr(deps, "cache", None)
-    return store, getattr(cache, "index", None)
+    return store, getattr(cache, "index", None), curated
 
 
 class ReplicaSync:
@@ -67,9 +71,9 @@ class ReplicaSync:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-replica")
         loop = asyncio.get_running_loop()
         try:
-            store, cache_index = await self._targets()
+            replicas = await self._targets()
             while True:
-                changed = await loop.run_in_executor(executor, self._check, store, cache_index)
+                changed = await loop.run_in_executor(executor, self._check, replicas)
                 self.reloads += changed
                 await asyncio.sleep(self.interval)
         finally:
@@ -84,12 +88,12 @@ class ReplicaSync:
                 logger.exception("replica sync: the pipeline runtime cannot be built; retrying in %gs", _RETRY_DELAY)
                 await asyncio.sleep(_RETRY_DELAY)
 
-    def _check(self, store: Any, cache_index: Any) -> int:
+    def _check(self, replicas: Replicas) -> int:
         """On the task's thread: sync each replica; how many reloaded. Its connection stays open between checks
         (two small queries twice a second) and is dropped after a failure."""
         changed = 0
         try:
-            for replica in (store, cache_index):
+            for replica in replicas:
                 sync = getattr(replica, "sync", None)
                 if callable(sync) and sync():
                     changed += 1
@@ -109,8 +113,8 @@ class ReplicaSync:
 
 
 def replica_sync_enabled() -> bool:
-    # A Qdrant server answers its own queries: nothing to keep in step then.
-    return bool(getattr(settings, "RAG_REPLICA_SYNC", True)) and not getattr(settings, "QDRANT_URL", "")
+    # With a Qdrant server only the curated answers are kept in step (the server answers its own queries).
+    return bool(getattr(settings, "RAG_REPLICA_SYNC", True))
 
 
 replica_sync_task: WorkerTask[ReplicaSync] = WorkerTask(

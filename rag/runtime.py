@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +23,75 @@ from rag.engine import CompiledGraph, GraphCache, NodeRegistry, WorkflowDefiniti
 from rag.errors import PipelineAbort
 from rag.events import Coalescing, Event, EventChannel, StreamWriter, Summary
 from rag.state import PipelineState, Turn
+from rag.state import Source as SourceRef
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("chat", "responses")
+
+# What became of a question, as the content team reads it: answered from the passages, refused (retrieval found
+# nothing the answer could stand on), out of scope, answered degraded (the LLM failed), failed with an error,
+# served from the semantic cache, or answered by a curated answer.
+ANSWERED = "answered"
+REFUSED = "refused"
+OUT_OF_SCOPE = "out_of_scope"
+DEGRADED = "degraded"
+ERROR = "error"
+CACHED = "cached"
+CURATED = "curated"
+OUTCOMES = (ANSWERED, REFUSED, OUT_OF_SCOPE, DEGRADED, ERROR, CACHED, CURATED)
+# the retrieval checker's verdict when retrieval ran out of tries: an answer given on it stands on weak support
+_WEAK_VERDICT = "fallback"
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What a finished run tells whoever records it (the chat): the seam between the pipeline and its callers,
+    so they never read the pipeline's state."""
+
+    outcome: str
+    best_score: float | None  # the best retrieval score seen; None when no search ran
+    weak_support: bool  # answered although retrieval ran out of tries without a relevant passage
+    closest: tuple[dict[str, Any], ...]  # the articles retrieval came closest to: doc_id, title, url, score
+    curated_id: str
+    backend: str
+    language: str
+    intent: str
+    question: str  # normalised (translated for the search when needed)
+    sources: tuple[SourceRef, ...]
+    usage: dict[str, int]
+    trace_id: str
+    trace_exported: bool
+    degraded: bool
+    new_summary: str
+    summary_job: Callable[[], Awaitable[str]] | None
+    elapsed_ms: float
+
+
+def _closest_articles(state: PipelineState, limit: int = 3) -> tuple[dict[str, Any], ...]:
+    best: dict[str, dict[str, Any]] = {}
+    for chunk in state.retrieved:
+        key = chunk.doc_id or chunk.url or chunk.title
+        if key and (key not in best or chunk.score > best[key]["score"]):
+            best[key] = {"doc_id": chunk.doc_id, "title": chunk.title, "url": chunk.url, "score": float(chunk.score)}
+    return tuple(sorted(best.values(), key=lambda item: -item["score"])[:limit])
+
+
+def outcome_of(state: PipelineState, *, failed: bool) -> str:
+    """The outcome of a run whose terminal event was an error (`failed`) or its summary."""
+    if failed:
+        return ERROR
+    if state.curated_hit is not None:
+        return CURATED
+    if state.cache_hit is not None:
+        return CACHED
+    if state.degraded:
+        return DEGRADED
+    if state.intent == OUT_OF_SCOPE:
+        return OUT_OF_SCOPE
+    if state.refused:
+        return REFUSED
+    return ANSWERED
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +149,10 @@ class PipelineRun:
         if self._task is None:
             self._task = asyncio.create_task(self._main(), name=f"pipeline-{self.state.request_id}")
         return self
+
+    @property
+    def request_id(self) -> str:
+        return self.state.request_id
 
     @property
     def terminal(self) -> Event | None:
@@ -161,8 +230,40 @@ class PipelineRun:
         else:
             writer.finish(self.summary())
 
+    def outcome(self) -> RunOutcome:
+        """The run's typed outcome, once it has ended (or been cancelled: then it counts as an error)."""
+        state = self.state
+        terminal = self.terminal
+        failed = terminal is None or terminal["channel"] != "meta_summary"
+        best = max((chunk.score for chunk in state.retrieved), default=None)
+        kind = outcome_of(state, failed=failed)
+        return RunOutcome(
+            outcome=kind,
+            best_score=None if best is None else float(best),
+            weak_support=kind == ANSWERED and state.retrieval_verdict == _WEAK_VERDICT,
+            closest=_closest_articles(state),
+            curated_id=state.curated_hit.curated_id if state.curated_hit is not None else "",
+            backend=state.backend,
+            language=state.language,
+            intent=state.intent,
+            question=state.normalized_question,
+            sources=tuple(state.sources),
+            usage={
+                "input_tokens": state.usage.input_tokens,
+                "output_tokens": state.usage.output_tokens,
+                "total_tokens": state.usage.total_tokens,
+            },
+            trace_id=state.trace_id,
+            trace_exported=state.trace_exported,
+            degraded=state.degraded,
+            new_summary=state.new_summary,
+            summary_job=state.summary_job,
+            elapsed_ms=round(((self.finished or time.monotonic()) - self.started) * 1000, 1),
+        )
+
     def summary(self) -> Summary:
         state = self.state
+        best = max((chunk.score for chunk in state.retrieved), default=None)
         return {
             "conversation_id": state.conversation_id,
             "backend": state.backend,
@@ -171,9 +272,12 @@ class PipelineRun:
             "search_query": state.search_query,
             "loops": state.loops,
             "tools": list(state.tools_used),
-            "cached": state.cache_hit is not None,
+            "cached": state.cache_hit is not None and state.curated_hit is None,
+            "curated": state.curated_hit is not None,
             "degraded": state.degraded,
             "retrieval_fallback": state.retrieval_fallback,
+            "outcome": outcome_of(state, failed=False),
+            "best_score": None if best is None else round(float(best), 4),
             "skipped": [step.as_dict() for step in state.skipped],
             "sources": [source.as_dict() for source in state.sources],
             "attachments": [{"name": a.name, "url": a.url, "media_type": a.media_type} for a in state.attachments],

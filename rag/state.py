@@ -160,6 +160,14 @@ class SkippedStep:
         return {"step": self.step, "reason": self.reason}
 
 
+@dataclass(frozen=True, slots=True)
+class CuratedHit:
+    """The curated answer a question matched: which one, and how close its question was."""
+
+    curated_id: str
+    score: float
+
+
 @dataclass(slots=True)
 class PipelineState:
     # --- request (set by the caller) ---
@@ -182,7 +190,11 @@ class PipelineState:
     previous_answer: str = ""
     # --- cache ---
     cacheable: bool = False
+    # a ready answer for cache_response to stream: a semantic-cache entry, or a curated answer (then
+    # `curated_hit` says which)
     cache_hit: dict[str, Any] | None = None
+    # --- curated answers ---
+    curated_hit: CuratedHit | None = None
     # --- planner ---
     intent: str = ""
     should_retrieve: bool = True
@@ -212,6 +224,8 @@ class PipelineState:
     degraded: bool = False
     # whether this request may be answered degraded at all (an API client wants the error, to retry as it does)
     degraded_allowed: bool = True
+    # the reply says that the content holds no answer (the "not found" text with the way to a person)
+    refused: bool = False
     # --- outcome ---
     error: PipelineError | None = None
     trace_id: str = ""

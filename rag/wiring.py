@@ -38,6 +38,7 @@ from concurrency.live.workers import redis_config, worker_id, workers_index_key
 from concurrency.manager import get_manager
 from concurrency.selectors import concurrency_settings_env_differences
 from rag.branding.selectors import organisation_source
+from rag.curated.index import build_curated_answers
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
@@ -431,7 +432,21 @@ def build_deps() -> PipelineDeps:
     )
     if settings.RAG_SEMANTIC_CACHE_ENABLED:
         _attach_semantic_cache(deps, store, embedder)
+    if settings.RAG_CURATED_ENABLED:
+        _attach_curated_answers(deps, embedder)
     return deps
+
+
+def _attach_curated_answers(deps: PipelineDeps, embedder: Any) -> None:
+    cache = deps.cache
+    curated = build_curated_answers(
+        embedder,
+        threshold=settings.RAG_CURATED_THRESHOLD,
+        supersede=cache.supersede if cache is not None else None,
+    )
+    deps.curated = curated
+    deps.cleanups.append(curated.close)
+    deps.cleanups.append(register_stats_provider("curated_answers", curated.stats))
 
 
 def _attach_semantic_cache(deps: PipelineDeps, store: Any, embedder: Any) -> None:

@@ -7,6 +7,7 @@ from rag.nodes import (
     cache_lookup,
     cache_response,
     cache_store,
+    curated_lookup,
     followup_transform,
     guard,
     language_normalizer,
@@ -21,6 +22,7 @@ from rag.nodes import (
 NODE_TYPES: tuple[NodeType, ...] = (
     guard.NODE_TYPE,
     language_normalizer.NODE_TYPE,
+    curated_lookup.NODE_TYPE,
     cache_lookup.NODE_TYPE,
     cache_response.NODE_TYPE,
     planner.NODE_TYPE,

@@ -62,7 +62,7 @@ OPTIONAL_INPUTS = (
     "summary",
     "previous_answer",
 )
-OUTPUTS = ("answer", "sources", "attachments", "new_summary", "summary_job", "degraded")
+OUTPUTS = ("answer", "sources", "attachments", "new_summary", "summary_job", "degraded", "refused")
 _ELABORATE_EXTRA_SENTENCES = 3
 ANSWER = "answer"  # an LLM task besides followup's TRANSLATE and REWRITE: answering from retrieved chunks
 # What an offline instruction asks, said to the model.
@@ -418,6 +418,7 @@ class ResponseSynth:
             )
             if composed is not None:
                 return composed
+        state.refused = True  # recorded as a refusal: the content team sees what it could not answer
         return answers.no_answer(question, state.retrieved, language=language, contact=contact)
 
 

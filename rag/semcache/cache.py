@@ -490,6 +490,17 @@ class SemanticCache:
             self._pending_hits.clear()
         self.index.clear()
 
+    def supersede(self, vector: Sequence[float], normalized: str, language: str) -> int:
+        """Delete the live entries of `language` (any scope) whose question a curated answer now covers: close
+        enough to its question (`normalized`, embedded as `vector`) and agreed by the guard. How many went.
+        Blocking."""
+        candidates = self.index.search_language(vector, language, now=self._clock(), limit=50, threshold=self.threshold)
+        asked = features(normalized, self._key_terms)
+        covered = [c.entry_id for c in candidates if disagreement(asked, c.features) is None]
+        if covered:
+            cache_entries_delete(ids=covered, cache=self)
+        return len(covered)
+
     def ids_citing(self, doc_ids: Sequence[str]) -> set[str]:
         return self.index.ids_matching(doc_ids=doc_ids)
 

@@ -140,6 +140,11 @@ class DatabaseCacheIndex:
     ) -> list[Candidate]:
         return self.mirror.search(vector, scope, now=now, limit=limit, threshold=threshold)
 
+    def search_language(
+        self, vector: Sequence[float], language: str, *, now: float, limit: int, threshold: float
+    ) -> list[Candidate]:
+        return self.mirror.search_language(vector, language, now=now, limit=limit, threshold=threshold)
+
     def ids(self) -> dict[str, float]:
         """What this process can serve (its copy); the purge drops entries whose rows are gone."""
         return self.mirror.ids()

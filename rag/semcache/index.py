@@ -156,6 +156,15 @@ class Mirror:
                 for row, score in segment.search(query, now=now, limit=limit, threshold=threshold)
             ]
 
+    def search_language(
+        self, vector: Sequence[float], language: str, *, now: float, limit: int, threshold: float
+    ) -> list[Candidate]:
+        """Like `search`, over every scope of `language` (any index, prompt and producer), best first."""
+        found: list[Candidate] = []
+        for scope in [scope for scope in list(self._segments) if scope[0] == language]:
+            found.extend(self.search(vector, scope, now=now, limit=limit, threshold=threshold))
+        return sorted(found, key=lambda candidate: -candidate.score)[:limit]
+
     def ids(self) -> dict[str, float]:
         with self.lock:
             return {
@@ -190,6 +199,13 @@ class CacheIndex(Protocol):
     def search(
         self, vector: Sequence[float], scope: Scope, *, now: float, limit: int, threshold: float
     ) -> list[Candidate]: ...
+
+    def search_language(
+        self, vector: Sequence[float], language: str, *, now: float, limit: int, threshold: float
+    ) -> list[Candidate]:
+        """Live entries of `language` in any scope at or above `threshold`, best first (a curated answer retires
+        them whoever wrote them)."""
+        ...
 
     def ids(self) -> dict[str, float]:
         """Every entry id with its creation time (epoch seconds), for reconciliation with the rows."""
@@ -337,6 +353,33 @@ class QdrantCacheIndex:
             )
         ]
         conditions.append(models.FieldCondition(key="expires_at", range=models.Range(gt=now)))
+        points = self.client.query_points(
+            self.collection,
+            query=list(vector),
+            query_filter=models.Filter(must=conditions),
+            limit=limit,
+            score_threshold=threshold,
+            with_payload=True,
+        ).points
+        return [
+            Candidate(
+                str(p.id),
+                float(p.score),
+                dict(p.payload or {}),
+                features(str((p.payload or {}).get("normalized_question", "")), self.key_terms),
+            )
+            for p in points
+        ]
+
+    def search_language(
+        self, vector: Sequence[float], language: str, *, now: float, limit: int, threshold: float
+    ) -> list[Candidate]:
+        if self.mirror is not None:
+            return self.mirror.search_language(vector, language, now=now, limit=limit, threshold=threshold)
+        conditions: list[models.Condition] = [
+            models.FieldCondition(key="language", match=models.MatchValue(value=language)),
+            models.FieldCondition(key="expires_at", range=models.Range(gt=now)),
+        ]
         points = self.client.query_points(
             self.collection,
             query=list(vector),

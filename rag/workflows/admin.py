@@ -22,7 +22,7 @@ from rag.workflows import selectors
 from rag.workflows.api import MAX_ID
 from rag.workflows.builder_words import builder_words
 from rag.workflows.graphs import graph_check, node_catalogue
-from rag.workflows.models import WorkflowDraft
+from rag.workflows.models import PublishCheck, PublishTest, WorkflowDraft
 
 
 @admin.register(WorkflowDraft)
@@ -129,3 +129,38 @@ def builder_initial(draft_id: int | None) -> dict[str, Any]:
         "versions": versions,
         "check": {"valid": check.valid, "problems": check.problems},
     }
+
+
+@admin.register(PublishTest)
+class PublishTestAdmin(admin.ModelAdmin):
+    """The test set every workflow version runs before it is published."""
+
+    list_display = ("question", "active", "origin", "created_at")
+    list_filter = ("active",)
+    search_fields = ("question",)
+
+
+@admin.register(PublishCheck)
+class PublishCheckAdmin(admin.ModelAdmin):
+    """Runs of the test set against draft versions, with production's results beside them, and overrides."""
+
+    list_display = ("draft", "version", "backend", "passed", "failed", "regressions", "overridden_by", "created_at")
+    list_filter = ("backend",)
+    readonly_fields = (
+        "draft",
+        "version",
+        "backend",
+        "results",
+        "passed",
+        "failed",
+        "regressions",
+        "override_reason",
+        "overridden_by",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -29,8 +29,9 @@ from rag.questions import question_too_long
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.workflows import selectors, services
 from rag.workflows.access import staff_api
+from rag.workflows.checks import PublishBlocked, publish_check_detail, workflow_draft_check
 from rag.workflows.graphs import GraphShapeError, graph_check, graph_clean, node_catalogue
-from rag.workflows.models import WorkflowDraft, WorkflowDraftVersion
+from rag.workflows.models import PublishCheck, WorkflowDraft, WorkflowDraftVersion
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,8 @@ def _handled(view: Any) -> Any:
             return json_error(409, "conflict", str(exc))
         except services.PublishRefused as exc:
             return json_error(400, "invalid_workflow", str(exc), problems=exc.problems)
+        except PublishBlocked as exc:
+            return json_error(409, "tests_failed", str(exc))
 
     wrapped.__name__ = view.__name__
     wrapped.__doc__ = view.__doc__
@@ -221,9 +224,17 @@ def draft_restore(request: HttpRequest, draft_id: int) -> HttpResponse:
 @require_POST
 @_handled
 def draft_publish(request: HttpRequest, draft_id: int) -> HttpResponse:
-    """`{"backend": "chat"|"responses"}`: 400 with the problems when the saved graph cannot run."""
-    backend = _json_body(request).get("backend")
-    published = services.workflow_draft_publish(draft_id=draft_id, backend=backend, user=request.user)
+    """`{"backend": "chat"|"responses", "override_reason"?}`: 400 with the problems when the saved graph cannot run;
+    409 `tests_failed` when the version fails test-set questions production passes (or was not checked) and no
+    override reason is given."""
+    body = _json_body(request)
+    backend = body.get("backend")
+    reason = body.get("override_reason") or ""
+    if not isinstance(reason, str):
+        raise BadRequest(f"'override_reason' must be a string, not {type(reason).__name__}")
+    published = services.workflow_draft_publish(
+        draft_id=draft_id, backend=backend, user=request.user, override_reason=reason
+    )
     return JsonResponse(selectors.workflow_draft_detail(published))
 
 
@@ -336,3 +347,26 @@ async def test_run(request: HttpRequest) -> HttpResponseBase:
     response["X-Accel-Buffering"] = "no"  # nginx would otherwise buffer the whole run
     response["X-Request-Id"] = run.state.request_id
     return response
+
+
+@never_cache
+@staff_api(change=True)
+async def draft_check(request: HttpRequest, draft_id: int) -> HttpResponse:
+    """`POST {"backend"}`: run the test set against the draft's saved version and production; the check's pass and
+    fail beside production's, per question. `GET`: the draft's checks, newest first."""
+    if request.method == "GET":
+        checks = [publish_check_detail(c) async for c in PublishCheck.objects.filter(draft_id=draft_id)[:20]]
+        return JsonResponse({"checks": checks})
+    if request.method != "POST":
+        return json_error(405, "bad_request", "use GET or POST")
+    try:
+        backend = (await sync_to_async(_json_body)(request)).get("backend") or "chat"
+    except (BadRequest, JsonInputError) as exc:
+        return json_error(400, "bad_request", str(exc))
+    if backend not in ("chat", "responses"):
+        return json_error(400, "bad_request", f"'backend' must be chat or responses, not {backend!r}")
+    try:
+        check = await workflow_draft_check(runtime=get_runtime(), draft_id=draft_id, backend=backend)
+    except WorkflowDraft.DoesNotExist:
+        return json_error(404, "not_found", f"no draft {draft_id}")
+    return JsonResponse(publish_check_detail(check))

@@ -157,6 +157,7 @@ PARAMETER_HELP: tuple[str, ...] = (
     gettext_noop("Seconds the summary call may wait for a slot (behind every answer) before it is skipped"),
     gettext_noop("Seconds the translation may take before the question is kept as asked"),
     gettext_noop("Seconds to wait for the cache before answering without it"),
+    gettext_noop("Seconds to wait for the curated answers before answering without them"),
     gettext_noop("Seconds to wait for the cache to store an answer"),
     gettext_noop("Share of the question's key terms a top chunk must contain"),
     gettext_noop("With an LLM, also translate English questions into Traditional Chinese (Chinese corpus)"),

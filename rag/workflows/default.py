@@ -10,6 +10,7 @@ from rag.engine import WorkflowDefinition
 _NODE_ORDER = (
     "guard",
     "language_normalizer",
+    "curated_lookup",
     "cache_lookup",
     "cache_response",
     "planner",
@@ -31,7 +32,10 @@ DEFAULT_WORKFLOW: dict[str, Any] = {
         {"source": "guard", "target": "language_normalizer", "route": "default"},
         # A refused request still passes telemetry, so refusals are counted too.
         {"source": "guard", "target": "telemetry", "route": "blocked"},
-        {"source": "language_normalizer", "target": "cache_lookup", "route": "default"},
+        # A curated answer comes first: staff approved it, and it stands in for anything generated or cached.
+        {"source": "language_normalizer", "target": "curated_lookup", "route": "default"},
+        {"source": "curated_lookup", "target": "cache_response", "route": "hit"},
+        {"source": "curated_lookup", "target": "cache_lookup", "route": "miss"},
         {"source": "cache_lookup", "target": "cache_response", "route": "hit"},
         {"source": "cache_lookup", "target": "planner", "route": "miss"},
         {"source": "cache_response", "target": "telemetry", "route": "default"},

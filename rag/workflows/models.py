@@ -91,3 +91,48 @@ class WorkflowDraftVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.draft.name} v{self.version}"
+
+
+class PublishTest(models.Model):
+    """One question of the test set a workflow must pass before it is published: the facts its answer must
+    contain and the sources (document ids or links) it must cite."""
+
+    question = models.TextField(_("question"))
+    must_contain = models.JSONField(_("facts the answer must contain"), default=list, blank=True)
+    must_cite = models.JSONField(_("sources the answer must cite"), default=list, blank=True)
+    active = models.BooleanField(_("active"), default=True)
+    origin = models.CharField(_("origin"), max_length=200, blank=True)  # eval_answers file, logged request id...
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("publish test")
+        verbose_name_plural = _("publish tests")
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+
+class PublishCheck(models.Model):
+    """The test set run against one version of a draft beside the production workflow of its backend; a regression
+    (a test production passes and the draft fails) blocks publishing that version unless staff override it with a
+    reason, recorded here."""
+
+    draft = models.ForeignKey(WorkflowDraft, verbose_name=_("draft"), on_delete=models.CASCADE, related_name="checks")
+    version = models.PositiveIntegerField(_("version"))
+    backend = models.CharField(_("backend"), max_length=16)
+    results = models.JSONField(_("results"), default=list)
+    passed = models.PositiveIntegerField(_("passed"), default=0)
+    failed = models.PositiveIntegerField(_("failed"), default=0)
+    regressions = models.PositiveIntegerField(_("regressions"), default=0)
+    override_reason = models.TextField(_("override reason"), blank=True)
+    overridden_by = models.CharField(_("overridden by"), max_length=150, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("publish check")
+        verbose_name_plural = _("publish checks")
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"draft {self.draft_id} v{self.version}: {self.passed} passed, {self.regressions} regressions"

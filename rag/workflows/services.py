@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rag.runtime import BACKENDS
+from rag.workflows.checks import publish_check_gate
 from rag.workflows.default import DEFAULT_WORKFLOW
 from rag.workflows.graphs import graph_check, graph_clean
 from rag.workflows.live import workflow_generation_bump
@@ -154,7 +155,9 @@ def workflow_draft_restore(*, draft_id: int, version: int, user: Any = None) -> 
     return workflow_draft_save(draft_id=draft_id, graph=archived.graph, user=user, note=f"restored v{version}")
 
 
-def workflow_draft_publish(*, draft_id: int, backend: object, user: Any = None) -> WorkflowDraft:
+def workflow_draft_publish(
+    *, draft_id: int, backend: object, user: Any = None, override_reason: str = ""
+) -> WorkflowDraft:
     """Make the draft's saved graph the pipeline of `backend` (replacing whichever draft served it).
 
     Raises PublishRefused with the engine's problems when the graph cannot run, ValidationError for an unknown
@@ -170,6 +173,10 @@ def workflow_draft_publish(*, draft_id: int, backend: object, user: Any = None) 
             raise PublishRefused(
                 f"'{draft.name}' v{draft.version} cannot be published: {len(draft.problems)} problem(s)", draft.problems
             )
+        # the test set: a regression blocks the version unless staff override it with a reason (recorded)
+        publish_check_gate(
+            draft=draft, override_reason=override_reason, overridden_by=getattr(_author(user), "username", "") or ""
+        )
         # First free the backend: the database allows one published draft per backend at any moment.
         WorkflowDraft.objects.filter(published=True, backend=backend).exclude(pk=draft.pk).update(
             published=False, backend="", published_version=None, published_graph=None, published_at=None

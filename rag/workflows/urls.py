@@ -23,5 +23,6 @@ urlpatterns: list[URLPattern] = [
     path(f"{DRAFT}/validate", api.draft_validate, name="draft-validate"),
     path(f"{DRAFT}/restore", api.draft_restore, name="draft-restore"),
     path(f"{DRAFT}/publish", api.draft_publish, name="draft-publish"),
+    path(f"{DRAFT}/check", api.draft_check, name="draft-check"),
     path(f"{DRAFT}/unpublish", api.draft_unpublish, name="draft-unpublish"),
 ]

@@ -245,8 +245,12 @@ def test_a_client_deletes_its_conversation_and_no_one_elses() -> None:
     )
     assert Conversation.objects.get(pk=other.pk).title == "theirs"
     assert client.delete(f"/api/v1/chat/conversations/{own.pk}").status_code == 204
-    assert not Conversation.objects.filter(pk=own.pk).exists() and not Message.objects.filter(request_id="r1").exists()
+    # gone for the visitor (listed nowhere, deleted once), kept for staff with its messages
+    assert client.get("/api/v1/chat/conversations").json()["conversations"] == []
+    assert client.get(f"/api/v1/chat/conversations/{own.pk}").status_code == 404
     assert client.delete(f"/api/v1/chat/conversations/{own.pk}").status_code == 404
+    kept = Conversation.objects.get(pk=own.pk)
+    assert kept.hidden_at is not None and Message.objects.filter(request_id="r1").exists()
 
 
 @pytest.mark.django_db  # the page reads the organisation's name and words

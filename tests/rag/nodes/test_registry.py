@@ -7,7 +7,7 @@ from tests.rag.nodes.support import InMemoryRetriever
 def test_every_node_type_is_registered_once():
     registry = build_registry()
     assert registry.names() == sorted(t.name for t in NODE_TYPES)
-    assert len(registry.names()) == 12
+    assert len(registry.names()) == 13
 
 
 def test_catalogue_entries_are_bilingual_and_use_real_state_fields():

@@ -24,6 +24,7 @@ from tests.rag.llm.conftest import attempts, manager, wait_idle  # noqa: F401 - 
 RETRIEVAL_PATH = [
     "guard",
     "language_normalizer",
+    "curated_lookup",
     "cache_lookup",
     "planner",
     "query_builder",

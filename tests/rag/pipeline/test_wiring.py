@@ -51,6 +51,7 @@ def snapshot(**changes: Any) -> SettingsSnapshot:
 
 def test_without_llm_base_url_the_pipeline_stays_offline(isolated: Any) -> None:
     isolated.LLM_BASE_URL = ""
+    isolated.RAG_CURATED_ENABLED = False
     deps = build_deps()
     try:
         assert deps.llm is None and deps.prompts is None and deps.cleanups == []

@@ -41,7 +41,7 @@ def started_nodes(events: list[dict[str, Any]]) -> list[str]:
 
 def default_shaped(nodes: list[str]) -> bool:
     """The seed workflow's node sequence, whichever branch the question took (a cache hit is shorter)."""
-    return nodes[:3] == ["guard", "language_normalizer", "cache_lookup"] and nodes[-1] == "telemetry"
+    return nodes[:4] == ["guard", "language_normalizer", "curated_lookup", "cache_lookup"] and nodes[-1] == "telemetry"
 
 
 @dataclass

@@ -65,7 +65,7 @@ async def test_a_saved_draft_or_the_default_runs_by_id(staff_async_client: Async
     draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
     for draft_id, first_nodes in (
         (draft.pk, ["guard", "language_normalizer", "planner"]),
-        ("default", ["guard", "language_normalizer", "cache_lookup"]),
+        ("default", ["guard", "language_normalizer", "curated_lookup"]),
     ):
         response = await staff_async_client.post(
             TEST_RUN,
