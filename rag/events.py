@@ -72,6 +72,7 @@ class StatusPayload(TypedDict, total=False):
     answer_source: str
     sources: int
     degraded: bool
+    mid_answer: bool  # a degraded answer finishing one the model broke off
     # any node that fell back to the offline rules: the error's code, and what went wrong (the planner)
     fallback_reason: str
     detail: str

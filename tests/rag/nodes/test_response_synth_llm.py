@@ -308,3 +308,23 @@ async def test_a_summary_that_gets_no_slot_in_time_keeps_the_offline_one_and_cou
         assert await state.summary_job() == state.new_summary
     assert (await sim.astats())["attempts"] == 0
     assert manager.stats()["auxiliary_skipped"] == {"summary": 1}
+
+
+@pytest.mark.parametrize("backend", ["chat", "responses"])
+async def test_what_retrieval_did_not_find_is_refused_as_offline_without_asking_the_model(
+    backend: str, make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    # retrieval returned passages, but the checker found none relevant (its `fallback` route)
+    question = "Who won the 2022 FIFA World Cup?"
+    with_llm = faq_state(normalized_question=question, retrieval_verdict="fallback", backend=backend)
+    offline = faq_state(normalized_question=question, retrieval_verdict="fallback", backend=backend)
+    writer, channel = make_writer()
+    await synth(make_backend(), prompts).run(with_llm, writer)
+    await synth(None, prompts).run(offline, make_writer()[0])
+
+    events = await drain(channel)
+    assert with_llm.answer == offline.answer
+    assert with_llm.answer.startswith(messages.text("no_answer", "en", contact="call 02-0000").split(":")[0])
+    assert "call 02-0000" in with_llm.answer  # the way to a human
+    assert not [e for e in events if e["channel"] in ("reasoning", "meta")]
+    assert await sim.arequests() == []  # the model was not asked for the answer
