@@ -7,7 +7,8 @@
   (`ref` is the n of `[n]`, then `title`, `url`, `doc_id`, and for forms `kind`, `form_id`, `download_url`).
   They are on the final chunk (the one with `finish_reason`) and on the non-streamed response.
 - `usage` counts the tokens of every LLM call the answer took (planner, query rewriting, synthesis), as the
-  pipeline measured them; an answer made without an LLM (the offline backend, a cached answer) counts 0.
+  pipeline measured them; an answer made without an LLM (the offline backend, a cached answer) counts 0. Counts
+  the LLM server did not report (llama.cpp's streams carry none) are counted here and flagged `"estimated": true`.
 """
 
 from __future__ import annotations
@@ -21,15 +22,20 @@ OBJECT_CHUNK = "chat.completion.chunk"
 OBJECT_COMPLETION = "chat.completion"
 
 
-def usage_of(summary: Event) -> dict[str, int]:
+def usage_of(summary: Event) -> dict[str, Any]:
+    """OpenAI's usage object; with ``"estimated": true`` beside the counts when some LLM call's server reported
+    no usage and it was counted here instead (its tokenizer, or an estimate from the text)."""
     usage = summary.get("usage") or {}
     prompt = int(usage.get("input_tokens", 0))
     completion = int(usage.get("output_tokens", 0))
-    return {
+    counts: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": int(usage.get("total_tokens", prompt + completion)),
     }
+    if usage.get("estimated"):
+        counts["estimated"] = True
+    return counts
 
 
 def sources_of(summary: Event) -> dict[str, Any]:

@@ -273,3 +273,23 @@ async def test_a_draining_worker_answers_503_with_retry_after(chat_key: CreatedK
     assert (error["type"], error["code"]) == ("service_unavailable_error", "unavailable")
     assert response.headers["retry-after"] == "1"
     assert await Message.objects.acount() == 0
+
+
+async def test_usage_the_llm_server_did_not_report_is_counted_and_marked_estimated(
+    chat_key: CreatedKey, llm_app: LLMApp, app_sim: SimulatorProcess
+) -> None:
+    await llm_app()
+    await app_sim.afaults(refuse=["stream_usage"])  # as llama.cpp's server: streams without usage
+    body = completion_body(stream=True, stream_options={"include_usage": True})
+    response = await api_request(COMPLETIONS, body, secret=chat_key.secret)
+
+    assert response.status == 200
+    usage = chunks_of(response.body)[-1]["usage"]
+    assert usage["estimated"] is True and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+    async def counted() -> bool:
+        key = await ApiKey.objects.aget(pk=chat_key.key.pk)
+        return key.tokens == usage["total_tokens"] and key.estimated_tokens == usage["total_tokens"]
+
+    await until_async(counted, within=5.0)
