@@ -279,10 +279,20 @@ class ResponseSynth:
         logger.warning(
             "answer LLM failed (%s)%s: answering from the passages", exc.code, " mid-answer" if streamed else ""
         )
-        extra = {"mid_answer": True} if streamed else {}
-        await writer.emit(
-            self.name, "status", "generate", answer_source="degraded", fallback_reason=exc.code, degraded=True, **extra
-        )
+        if streamed:
+            await writer.emit(
+                self.name,
+                "status",
+                "generate",
+                answer_source="degraded",
+                fallback_reason=exc.code,
+                degraded=True,
+                mid_answer=True,
+            )
+        else:
+            await writer.emit(
+                self.name, "status", "generate", answer_source="degraded", fallback_reason=exc.code, degraded=True
+            )
         composed = await self._compose(state)
         notice = messages.text("degraded", state.language)
         text = f"{notice}\n\n{composed.text}"

@@ -14,6 +14,7 @@ from chatbot.apikeys.services import CreatedKey, api_key_revoke
 from chatbot.models import Conversation, Message
 from chatbot.openai_api import consumers
 from chatbot.streaming import ChatExchange, pending_records
+from concurrency.selectors import concurrency_status
 from concurrency.simulator.testing import SimulatorProcess
 from tests.chatbot.openai_api.conftest import MakeKey
 from tests.chatbot.openai_api.helpers import COMPLETIONS, api_request, api_start, chunks_of, completion_body
@@ -293,3 +294,6 @@ async def test_usage_the_llm_server_did_not_report_is_counted_and_marked_estimat
         return key.tokens == usage["total_tokens"] and key.estimated_tokens == usage["total_tokens"]
 
     await until_async(counted, within=5.0)
+    # what was learned of the server is in the concurrency status (and the console drawn from it)
+    learned = (await sync_to_async(concurrency_status)())["worker"]["extra"]["llm_server"]
+    assert learned["stream_usage"] is False and learned["base_url"] == app_sim.base_url
