@@ -169,18 +169,18 @@ async def test_refuse_acts_as_a_less_capable_server(
     llm_client: openai.AsyncOpenAI, simulator: SimulatorProcess
 ) -> None:
     await simulator.afaults(refuse=["json_schema", "stream_options", "responses"])
-    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
     with pytest.raises(openai.InternalServerError, match="Input should be 'text' or 'json_object'"):
         await llm_client.chat.completions.create(
             model="m",
             messages=MESSAGES,
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+            extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}},
         )
     # json_object with a schema beside it, as llama.cpp's server takes it: constrained to that schema
     reply = await llm_client.chat.completions.create(
         model="m",
         messages=MESSAGES,
-        response_format={"type": "json_object", "schema": schema},  # type: ignore[typeddict-unknown-key]
+        extra_body={"response_format": {"type": "json_object", "schema": schema}},
     )
     assert set(json.loads(reply.choices[0].message.content or "")) == {"a"}
     with pytest.raises(openai.BadRequestError, match="stream_options"):
