@@ -19,7 +19,7 @@ from typing import Any, Literal
 from openai import APIResponseValidationError, APIStatusError, AsyncOpenAI
 from pydantic import BaseModel
 
-from rag.errors import UpstreamError
+from rag.errors import UpstreamError, UpstreamTimeout
 from rag.llm.capabilities import ParameterRefused, ServerProfile, StructuredMode, refused_parameter
 from rag.llm.client import ClientKey, get_client
 from rag.llm.config import CallPolicyConfig, LLMConfig
@@ -251,6 +251,12 @@ class _StreamCall:
         counter = self._backend.profile.tokens
         return await counter.usage(self._client, model, _sent_messages(self._api, self._body), "".join(self._text))
 
+    def timed_out(self) -> None:
+        """The call timed out: if before its first token, the server needs at least that long for this prompt."""
+        if self._sent_at is not None and self._first_at is None:
+            elapsed = asyncio.get_running_loop().time() - self._sent_at
+            self._backend.profile.prefill.at_least(self.prompt_tokens, elapsed)
+
     def learn(self) -> None:
         """After the call: what it showed of the server (only a call that finished shows how long prefill takes)."""
         parser = self._parser
@@ -390,6 +396,8 @@ class LLMBackend:
         except (Exception, asyncio.CancelledError) as exc:
             if not reported:  # failed or cancelled before the end: a generation all the same, with why
                 report(usage=None, error=generation_error(exc))
+            if isinstance(exc, UpstreamTimeout):
+                call.timed_out()
             raise
         finally:
             call.learn()
@@ -453,7 +461,11 @@ class LLMBackend:
         name = _schema_name(schema_name or f"{node}_output")
         schema = output_schema(output) if output is not None else None
 
+        prompt_tokens = _prompt_tokens(_sent_messages(backend, body))
+        sent_at: list[float] = []
+
         async def attempt() -> tuple[str, Usage]:
+            sent_at[:] = [asyncio.get_running_loop().time()]
             while True:  # sent again at once, stepped down, when the server refuses how the output was asked for
                 mode = self.profile.structured_mode(backend) if schema is not None else None
                 sent = dict(body)
@@ -467,21 +479,23 @@ class LLMBackend:
                     raise
                 self.profile.answered(backend)
                 text, usage = _read_reply(backend, reply)
+                # the whole call bounds the time the server took to read the prompt (from above)
+                self.profile.prefill.observe(prompt_tokens, asyncio.get_running_loop().time() - sent_at[0])
                 if not usage.total_tokens:  # the server sent no usage: counted or estimated, and flagged so
                     usage = await self.profile.tokens.usage(client, model, _sent_messages(backend, sent), text)
                 return text, usage
 
         # The time the server is expected to take to read the prompt (learned from streamed calls) is added to the
         # call's own: on a slow server a long prompt is not cut before its reply could start.
-        deadline = (total_timeout or cfg.total_timeout) + self.profile.prefill.expected(
-            _prompt_tokens(_sent_messages(backend, body))
-        )
+        deadline = (total_timeout or cfg.total_timeout) + self.profile.prefill.expected(prompt_tokens)
         label = CallLabel(backend, node, model, "complete")
         report = functools.partial(report_generation, node=node, model=model, started=time.time(), operation="complete")
         try:
             text, usage = await self.policy.call(label, attempt, total_timeout=deadline, slot=slot)
         except (Exception, asyncio.CancelledError) as exc:
             report(usage=None, error=generation_error(exc))
+            if isinstance(exc, UpstreamTimeout) and sent_at:
+                self.profile.prefill.at_least(prompt_tokens, asyncio.get_running_loop().time() - sent_at[0])
             raise
         return _completed(text, usage, output, functools.partial(report, ended=time.time()))
 

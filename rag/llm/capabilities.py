@@ -95,7 +95,9 @@ def refused_parameter(exc: APIStatusError, sent: Iterable[str]) -> str | None:
 
 
 class PrefillSpeed:
-    """Seconds per prompt token before the first token, learned from finished streamed calls (a moving average).
+    """Seconds per prompt token before the first token, learned from finished calls (a moving average): the first
+    token's time of a streamed call, the whole time of a non-streamed one (an upper bound: it includes the reply),
+    and, as a lower bound, the time a call waited before giving up.
 
     A call's first-token deadline is ``max(floor, margin x prompt tokens x seconds per token)``: on a GPU server
     (thousands of tokens a second) the floor rules; on a CPU one a long prompt gets the time its prefill takes.
@@ -116,6 +118,17 @@ class PrefillSpeed:
         sample = first_token_seconds / prompt_tokens
         current = self.seconds_per_token
         self.seconds_per_token = sample if current is None else current + self.ALPHA * (sample - current)
+        self.samples += 1
+
+    def at_least(self, prompt_tokens: int, seconds: float) -> None:
+        """A call gave up after ``seconds`` without its first token (or its reply): reading the prompt takes at
+        least that long, so the next long prompt gets more time. Without this a server slower than the floor would
+        never finish a call to learn from."""
+        if prompt_tokens < self.MIN_TOKENS or seconds <= 0:
+            return
+        bound = seconds / prompt_tokens
+        if self.seconds_per_token is None or self.seconds_per_token < bound:
+            self.seconds_per_token = bound
         self.samples += 1
 
     def expected(self, prompt_tokens: int) -> float:

@@ -159,6 +159,17 @@ def test_the_first_token_deadline_grows_with_the_prompt_once_the_prefill_speed_i
     assert speed.first_token_timeout(30.0, 200) == 30.0  # never below the floor
 
 
+def test_a_call_that_gave_up_before_its_first_token_raises_the_deadline_of_the_next() -> None:
+    # a server slower than the floor would never finish a call to learn from: a timeout is a lower bound
+    speed = PrefillSpeed(margin=2.0)
+    speed.at_least(1000, 30.0)
+    assert speed.first_token_timeout(30.0, 1000) == pytest.approx(60.0)
+    speed.observe(1000, 40.0)  # then a finished call, between the two
+    assert 30.0 / 1000 < speed.seconds_per_token < 40.0 / 1000
+    speed.at_least(1000, 1.0)  # a bound below what is known changes nothing
+    assert speed.seconds_per_token > 30.0 / 1000
+
+
 @pytest.fixture
 def slow_prefill_sim() -> Iterator[SimulatorProcess]:
     # 2 ms a prompt token: a 600-token prompt takes 1.2 s to its first token
@@ -181,3 +192,8 @@ async def test_a_long_prompt_gets_the_first_token_time_the_server_was_measured_t
     fresh = make_backend(base_url=slow_prefill_sim.base_url, first_token_timeout=0.5)
     with pytest.raises(UpstreamTimeout, match="sent nothing"):
         await fresh.stream_text(backend="chat", node="response_synth", messages=long_ask)
+    # ... and learns from having given up: each ask gets twice the time the last one waited, until one is enough
+    with pytest.raises(UpstreamTimeout, match=r"sent nothing for 1\.\d* s"):
+        await fresh.stream_text(backend="chat", node="response_synth", messages=long_ask)
+    answer, _reasoning, _usage = await fresh.stream_text(backend="chat", node="response_synth", messages=long_ask)
+    assert answer
