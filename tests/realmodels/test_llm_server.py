@@ -10,7 +10,7 @@ questions find passages does not depend on the embedding server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from django.test import AsyncClient
 
 from chatbot import readiness
 from concurrency.manager import LLMConcurrencyManager, set_manager
+from concurrency.simulator.testing import free_port
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.evaluation.metrics import AnswerRecord
 from rag.events import Event
@@ -28,11 +29,10 @@ from rag.nodes.planner import Planner
 from rag.prompting.prompts import CataloguePrompts
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.workflows.default import default_workflow
-from scripts.real_models import LLAMA_MODEL_ALIAS, Layout, ModelServer
+from scripts.real_models import LLAMA_MODEL_ALIAS, Layout, ModelServer, llama_command
 from tests.rag.llm.conftest import AttemptLog, attempts  # noqa: F401 - fixture, used by name
 from tests.rag.nodes.support import make_state, make_writer
 from tests.rag.pipeline.conftest import check_stream, demo_retriever  # noqa: F401 - fixture, used by name
-from tests.realmodels.conftest import start_llama
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,6 +59,20 @@ REFUSED_ASKS = (
 )
 
 
+def llama_one_thread(layout: Layout) -> ModelServer:
+    """llama.cpp's server with one thread: on a shared, loaded machine (load 20 on 2 cores) two threads spinning
+    on each other ran at 0.2 tokens a second against 3-4 with one."""
+    port = free_port()
+    return ModelServer("llama", llama_command(layout, port, context=4096, threads=1), port).start()
+
+
+@pytest.fixture(scope="module")
+def llama_server(real_models: Layout) -> Iterator[ModelServer]:
+    server = llama_one_thread(real_models)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 async def one_slot() -> AsyncIterator[LLMConcurrencyManager]:
     manager = LLMConcurrencyManager({"default": 1, "chat": 1, "responses": 1, "embedding": 1}, acquire_timeout=300.0)
@@ -68,15 +82,27 @@ async def one_slot() -> AsyncIterator[LLMConcurrencyManager]:
     await aclose_clients()
 
 
-def backend_for(server: ModelServer) -> LLMBackend:
-    """The backend the wiring builds from LLM_BASE_URL and LLM_CHAT_MODEL, every other setting at its default."""
-    return LLMBackend(LLMConfig(base_url=server.base_url, api_key="none", chat_model=LLAMA_MODEL_ALIAS))
+def backend_for(server: ModelServer, **settings: float) -> LLMBackend:
+    """The backend the wiring builds from LLM_BASE_URL and LLM_CHAT_MODEL, every other setting at its default
+    unless given (``first_token_timeout=`` as LLM_FIRST_TOKEN_TIMEOUT would set it)."""
+    return LLMBackend(LLMConfig(base_url=server.base_url, api_key="none", chat_model=LLAMA_MODEL_ALIAS, **settings))
+
+
+# What a loaded two-core machine needs: llama.cpp read 11 prompt tokens a second there, so an answer's prompt takes
+# minutes before its first token (the learned deadline gets there too, after a few asks given up).
+PATIENT = {"first_token_timeout": 600.0, "total_timeout": 900.0}
 
 
 def runtime_for(llm: LLMBackend, retriever: Any) -> PipelineRuntime:
     deps = PipelineDeps(retriever=retriever, config=PipelineConfig(), llm=llm, prompts=CataloguePrompts())
+    # silent for as long as one LLM call may take, as the wiring sets it (pipeline_idle_timeout)
+    idle = llm.config.total_timeout + 5.0
     return PipelineRuntime(
-        registry=build_registry(), deps_factory=lambda: deps, default_workflow=default_workflow(), stream_timeout=600
+        registry=build_registry(),
+        deps_factory=lambda: deps,
+        default_workflow=default_workflow(),
+        stream_timeout=idle + 300,
+        idle_timeout=idle,
     )
 
 
@@ -114,7 +140,7 @@ async def test_off_topic_questions_are_refused_and_every_answer_carries_its_usag
     one_slot: LLMConcurrencyManager,
     demo_retriever: Any,  # noqa: F811
 ) -> None:
-    llm = backend_for(llama_server)
+    llm = backend_for(llama_server, **PATIENT)
     runtime = runtime_for(llm, demo_retriever)
     refused = 0
     for question in REFUSED_ASKS:
@@ -146,9 +172,9 @@ async def test_killing_the_server_mid_answer_gives_a_flagged_degraded_answer(
     one_slot: LLMConcurrencyManager,
     demo_retriever: Any,  # noqa: F811
 ) -> None:
-    server = start_llama(real_models, context=4096)
+    server = llama_one_thread(real_models)
     try:
-        runtime = runtime_for(backend_for(server), demo_retriever)
+        runtime = runtime_for(backend_for(server, **PATIENT), demo_retriever)
         run = await runtime.start(AskRequest(question="How do I reset my password?"))
         events: list[Event] = []
         async for event in run.events():
@@ -159,7 +185,7 @@ async def test_killing_the_server_mid_answer_gives_a_flagged_degraded_answer(
         server.kill()
 
     summary = check_stream(events)
-    assert summary["channel"] == "meta_summary", summary  # not upstream_error
+    assert summary["channel"] == "meta_summary", (summary.get("code"), summary.get("message"))  # no upstream_error
     assert summary["degraded"] is True
     [notice] = [e for e in events if e["channel"] == "status" and e.get("answer_source") == "degraded"]
     assert notice["mid_answer"] is True
