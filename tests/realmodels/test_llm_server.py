@@ -135,7 +135,7 @@ async def test_plans_come_from_the_model_in_one_attempt_each(
     assert [r["parameter"] for r in learned["refusals"]] == ["json_schema"]
 
 
-async def test_off_topic_questions_are_refused_and_every_answer_carries_its_usage(
+async def test_off_topic_questions_are_refused_without_the_model_answering(
     llama_server: ModelServer,
     one_slot: LLMConcurrencyManager,
     demo_retriever: Any,  # noqa: F811
@@ -154,6 +154,14 @@ async def test_off_topic_questions_are_refused_and_every_answer_carries_its_usag
     print(f"\nrefused: {refused} of {len(REFUSED_ASKS)}")
     assert refused == len(REFUSED_ASKS)
 
+
+async def test_an_answer_carries_its_usage_counted_with_the_servers_tokenizer(
+    llama_server: ModelServer,
+    one_slot: LLMConcurrencyManager,
+    demo_retriever: Any,  # noqa: F811
+) -> None:
+    llm = backend_for(llama_server, **PATIENT)
+    runtime = runtime_for(llm, demo_retriever)
     events = await ask(runtime, "How do I reset my password?")
     summary = check_stream(events)
     assert summary["channel"] == "meta_summary" and not summary["degraded"], summary
