@@ -82,15 +82,22 @@ async def one_slot() -> AsyncIterator[LLMConcurrencyManager]:
     await aclose_clients()
 
 
-def backend_for(server: ModelServer, **settings: float) -> LLMBackend:
+def backend_for(server: ModelServer, *, first_token_timeout: float = 30.0, total_timeout: float = 120.0) -> LLMBackend:
     """The backend the wiring builds from LLM_BASE_URL and LLM_CHAT_MODEL, every other setting at its default
-    unless given (``first_token_timeout=`` as LLM_FIRST_TOKEN_TIMEOUT would set it)."""
-    return LLMBackend(LLMConfig(base_url=server.base_url, api_key="none", chat_model=LLAMA_MODEL_ALIAS, **settings))
+    unless given (as LLM_FIRST_TOKEN_TIMEOUT and LLM_REQUEST_TIMEOUT would set them)."""
+    config = LLMConfig(
+        base_url=server.base_url,
+        api_key="none",
+        chat_model=LLAMA_MODEL_ALIAS,
+        first_token_timeout=first_token_timeout,
+        total_timeout=total_timeout,
+    )
+    return LLMBackend(config)
 
 
 # What a loaded two-core machine needs: llama.cpp read 11 prompt tokens a second there, so an answer's prompt takes
 # minutes before its first token (the learned deadline gets there too, after a few asks given up).
-PATIENT = {"first_token_timeout": 600.0, "total_timeout": 900.0}
+PATIENT: dict[str, float] = {"first_token_timeout": 600.0, "total_timeout": 900.0}
 
 
 def runtime_for(llm: LLMBackend, retriever: Any) -> PipelineRuntime:
