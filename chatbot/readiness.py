@@ -3,9 +3,11 @@
 `/api/v1/health` says the process answers; readiness says a question sent here would get an answer: the worker
 is not draining, the database answers, the channel layer carries a message to this worker and back, the vector
 store is open and searchable (a replica loaded, or the Qdrant server counting points), the LLM server
-answers (or the worker runs offline), and a network embedder embeds (a stopped one is named, though questions
-are then answered from BM25 alone). A proxy's health check or Kubernetes' readiness probe points at it, so
-traffic goes only to workers that can serve it.
+answers (or the worker runs offline) with each API the configuration uses (`LLM_BACKENDS`): `llm` for the chat
+backend (`GET /models`), `llm_responses` for the Responses API, which llama.cpp's server, for one, lacks; and a
+network embedder embeds (`embedder`: a stopped one is named, though questions are then answered from BM25 alone).
+A proxy's health check or Kubernetes' readiness probe points at it, so traffic goes only to workers that can
+serve it.
 
 Every check has its own timeout and they run side by side, so a probe answers within `CHECK_TIMEOUT_SECONDS`
 whatever is down. Checks that block (the database, the store) run on two threads of their own, never on the
@@ -38,8 +40,7 @@ LLM_CHECK_TTL_SECONDS = 5.0
 
 _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="readiness")
 _in_flight: dict[str, Future[Any]] = {}  # blocking checks still running, by name
-_llm_memo: tuple[float, Check] | None = None
-_embedder_memo: tuple[float, Check] | None = None
+_llm_memo: dict[str, tuple[float, Check]] = {}  # the LLM checks' last findings, by check
 
 
 class NotReady(Exception):
@@ -117,35 +118,62 @@ async def check_store() -> str:
     return await _blocking("store", lambda: _store_state(store))
 
 
-async def _llm_reachable() -> str:
+async def _llm_request(method: str, path: str, **kwargs: Any) -> httpx.Response:
     base_url = settings.LLM_BASE_URL
-    if not base_url:
-        return "offline answers (no LLM_BASE_URL)"
     headers = {"Authorization": f"Bearer {settings.LLM_API_KEY}"} if settings.LLM_API_KEY else {}
     async with httpx.AsyncClient(timeout=CHECK_TIMEOUT_SECONDS) as client:
         try:
-            response = await client.get(base_url.rstrip("/") + "/models", headers=headers)
+            response = await client.request(method, base_url.rstrip("/") + path, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
             raise NotReady(f"{base_url} does not answer ({type(exc).__name__})") from exc
     if response.status_code in (401, 403):
         raise NotReady(f"{base_url} refuses our key (HTTP {response.status_code})")
     if response.status_code >= 500:
         raise NotReady(f"{base_url} answers HTTP {response.status_code}")
-    return f"{base_url} answers"
+    return response
 
 
-async def check_llm() -> str:
-    global _llm_memo
-    memo = _llm_memo
+async def _llm_reachable() -> str:
+    """The chat backend: the server answers `GET /models`."""
+    if not settings.LLM_BASE_URL:
+        return "offline answers (no LLM_BASE_URL)"
+    await _llm_request("GET", "/models")
+    return f"{settings.LLM_BASE_URL} answers"
+
+
+async def _responses_api() -> str:
+    """The responses backend: the server has `POST /responses`. An empty body costs no generation: a server with
+    the API refuses it as a bad request (400/422), one without says 404 (or 405)."""
+    response = await _llm_request("POST", "/responses", json={})
+    if response.status_code in (404, 405):
+        raise NotReady(
+            f"{settings.LLM_BASE_URL} has no Responses API (POST /responses: HTTP {response.status_code}): the "
+            "responses backend (/api/v1/rag/ask/stream, model `responses` on /v1) cannot answer; set "
+            "LLM_BACKENDS=chat if this deployment does not serve it"
+        )
+    return f"{settings.LLM_BASE_URL} has the Responses API"
+
+
+async def _remembered(name: str, check: Callable[[], Awaitable[str]]) -> str:
+    """``check``'s finding, kept `LLM_CHECK_TTL_SECONDS` so probes do not each knock on the LLM server."""
+    memo = _llm_memo.get(name)
     if memo is not None and time.monotonic() - memo[0] < LLM_CHECK_TTL_SECONDS:
         if memo[1].ok:
             return memo[1].detail
         raise NotReady(memo[1].detail)
-    check = await _timed(_llm_reachable)
-    _llm_memo = (time.monotonic(), check)
-    if not check.ok:
-        raise NotReady(check.detail)
-    return check.detail
+    found = await _timed(check)
+    _llm_memo[name] = (time.monotonic(), found)
+    if not found.ok:
+        raise NotReady(found.detail)
+    return found.detail
+
+
+async def check_llm() -> str:
+    return await _remembered("llm", _llm_reachable)
+
+
+async def check_llm_responses() -> str:
+    return await _remembered("llm_responses", _responses_api)
 
 
 async def _embedder_answers() -> str:
@@ -169,13 +197,7 @@ async def _embedder_answers() -> str:
 
 
 async def check_embedder() -> str:
-    global _embedder_memo
-    memo = _embedder_memo
-    if memo is None or time.monotonic() - memo[0] >= LLM_CHECK_TTL_SECONDS:
-        memo = _embedder_memo = (time.monotonic(), await _timed(_embedder_answers))
-    if not memo[1].ok:
-        raise NotReady(memo[1].detail)
-    return memo[1].detail
+    return await _remembered("embedder", _embedder_answers)
 
 
 async def _timed(check: Callable[[], Awaitable[str]]) -> Check:
@@ -197,13 +219,22 @@ CHECKS: dict[str, Callable[[], Awaitable[str]]] = {
     "channel_layer": check_channel_layer,
     "store": check_store,
     "llm": check_llm,
+    "llm_responses": check_llm_responses,
     "embedder": check_embedder,
 }
 
 
+def _used() -> list[str]:
+    """The checks of what this configuration uses: the LLM APIs only with an LLM server, and each backend's API
+    only when `LLM_BACKENDS` names it (the chat one is `llm`, which also says whether the worker runs offline)."""
+    backends = settings.LLM_BACKENDS
+    skipped = set() if settings.LLM_BASE_URL and "responses" in backends else {"llm_responses"}
+    return [name for name in CHECKS if name not in skipped]
+
+
 async def readiness() -> dict[str, Check]:
-    """Every part's check, run side by side; `draining` first, failing while the worker drains."""
-    names = list(CHECKS)
+    """Every used part's check, run side by side; `draining` first, failing while the worker drains."""
+    names = _used()
     results = await asyncio.gather(*(_timed(CHECKS[name]) for name in names))
     checks = dict(zip(names, results, strict=True))
     left = lifecycle.seconds_left()
@@ -216,6 +247,5 @@ async def readiness() -> dict[str, Check]:
 
 
 def reset_for_tests() -> None:
-    global _llm_memo, _embedder_memo
-    _llm_memo = _embedder_memo = None
+    _llm_memo.clear()
     _in_flight.clear()

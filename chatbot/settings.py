@@ -211,6 +211,11 @@ LLM_BASE_URL = env_url("LLM_BASE_URL", schemes=("http", "https"))
 LLM_API_KEY = env_str("LLM_API_KEY", "EMPTY")
 LLM_CHAT_MODEL = env_str("LLM_CHAT_MODEL", "qwen2.5-7b-instruct")
 LLM_RESPONSES_MODEL = env_str("LLM_RESPONSES_MODEL", LLM_CHAT_MODEL)
+# The LLM APIs this deployment serves with: `/api/v1/ready` checks the server has each (llama.cpp has no
+# Responses API: LLM_BACKENDS=chat).
+LLM_BACKENDS = env_list("LLM_BACKENDS", ["chat", "responses"])
+if not LLM_BACKENDS or set(LLM_BACKENDS) - {"chat", "responses"}:
+    raise ImproperlyConfigured(f"LLM_BACKENDS must list chat and/or responses, got {','.join(LLM_BACKENDS)!r}")
 LLM_REQUEST_TIMEOUT = env_float("LLM_REQUEST_TIMEOUT", 120.0, minimum=0.1)
 LLM_CONNECT_TIMEOUT = env_float("LLM_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 LLM_FIRST_TOKEN_TIMEOUT = env_float("LLM_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)

@@ -79,6 +79,12 @@ CONSOLE_WORDS: tuple[str, ...] = (
     gettext_noop("timeout"),
     gettext_noop("{now} (max {peak})"),
     gettext_noop("{chart}: now {now}, max {peak}"),
+    gettext_noop("offline"),
+    gettext_noop("structured output as {mode}"),
+    gettext_noop("usage counted here"),
+    gettext_noop("no stream_options"),
+    gettext_noop("no Responses API"),
+    gettext_noop("prefill {ms} ms per 1k tokens"),
 )
 
 # The manager's modes and the cluster's states as the status API names them; the script looks them up as

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Unpack
+from typing import Any, Literal, NotRequired, Unpack
 
 # typing_extensions' TypedDict: pydantic (which checks events against these types in the tests) reads its
 # annotations on Python 3.11, where typing's does not keep enough of them
@@ -73,6 +73,7 @@ class StatusPayload(TypedDict, total=False):
     answer_source: str
     sources: int
     degraded: bool
+    mid_answer: bool  # a degraded answer finishing one the model broke off
     # any node that fell back to the offline rules: the error's code, and what went wrong (the planner)
     fallback_reason: str
     detail: str
@@ -82,6 +83,9 @@ class UsageCounts(TypedDict):
     input_tokens: int
     output_tokens: int
     total_tokens: int
+    # Present (true) when some of the counts were not reported by the server but counted by us: with the server's
+    # tokenizer endpoint where it has one, else estimated from the text (rag.llm.tokens).
+    estimated: NotRequired[bool]
 
 
 class UsagePayload(TypedDict, total=False):

@@ -115,18 +115,25 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    # Counted by us, not reported by the server (see rag.events.UsageCounts.estimated); a sum is estimated when
+    # any of its parts is.
+    estimated: bool = False
 
     def add(self, other: Usage) -> None:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.total_tokens += other.total_tokens
+        self.estimated = self.estimated or other.estimated
 
     def as_dict(self) -> UsageCounts:
-        return {
+        counts: UsageCounts = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.estimated:
+            counts["estimated"] = True
+        return counts
 
 
 @dataclass(slots=True)

@@ -412,6 +412,8 @@ def build_deps() -> PipelineDeps:
 
         # answers made from the passages while the model failed (only an LLM deployment degrades)
         deps.cleanups.append(register_stats_provider("answers", deps.answer_stats.stats))
+        # what the LLM server was found to accept (structured output, stream usage, the Responses API, prefill)
+        deps.cleanups.append(register_stats_provider("llm_server", llm.profile.stats))
         logger.info(
             "pipeline LLM: %s (chat model %s, responses model %s)",
             settings.LLM_BASE_URL,

@@ -57,13 +57,22 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "rate_limit_per_minute",
         "requests",
         "tokens",
+        "estimated_tokens",
         "last_used_at",
         "state",
         "created_at",
     )
     list_filter = ("revoked_at",)
     search_fields = ("name", "prefix", "owner__username")
-    readonly_fields = ("prefix", "requests", "tokens", "last_used_at", "revoked_at", "created_at")
+    readonly_fields = (
+        "prefix",
+        "requests",
+        "tokens",
+        "estimated_tokens",
+        "last_used_at",
+        "revoked_at",
+        "created_at",
+    )
     actions = ("revoke",)
     created_template = "admin/apikeys/apikey/created.html"
 

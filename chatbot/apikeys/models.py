@@ -42,6 +42,13 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     requests = models.PositiveBigIntegerField(_("requests"), default=0, editable=False)
     tokens = models.PositiveBigIntegerField(_("tokens"), default=0, editable=False)
+    # Of `tokens`, those we counted because the LLM server reported none (its tokenizer, or an estimate).
+    estimated_tokens = models.PositiveBigIntegerField(
+        _("estimated tokens"),
+        default=0,
+        editable=False,
+        help_text=_("Of the tokens, those counted or estimated here because the LLM server reported none"),
+    )
     last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True, editable=False)
 
     class Meta:

@@ -139,9 +139,11 @@ def api_key_used(*, key_id: int) -> None:
     ApiKey.objects.filter(pk=key_id).update(requests=F("requests") + 1, last_used_at=timezone.now())
 
 
-def api_key_tokens_add(*, key_id: int, tokens: int) -> None:
+def api_key_tokens_add(*, key_id: int, tokens: int, estimated: bool = False) -> None:
+    """Add an answer's tokens to the key's counter; ``estimated``: the LLM server reported none of them."""
     if tokens > 0:
-        ApiKey.objects.filter(pk=key_id).update(tokens=F("tokens") + tokens)
+        counted = {"estimated_tokens": F("estimated_tokens") + tokens} if estimated else {}
+        ApiKey.objects.filter(pk=key_id).update(tokens=F("tokens") + tokens, **counted)
 
 
 def api_key_authorise(*, authorization: str, scope: str, rate_limited: bool = True, task: bool = False) -> CheckedKey:

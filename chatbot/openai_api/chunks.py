@@ -13,7 +13,8 @@
 - A link that is relative (a form's download, a file served here) is made absolute with `PUBLIC_BASE_URL`: the
   client shows it on pages of its own, where a relative link would open the client's page.
 - `usage` counts the tokens of every LLM call the answer took (planner, query rewriting, synthesis), as the
-  pipeline measured them; an answer made without an LLM (the offline backend, a cached answer) counts 0.
+  pipeline measured them; an answer made without an LLM (the offline backend, a cached answer) counts 0. Counts
+  the LLM server did not report (llama.cpp's streams carry none) are counted here and flagged `"estimated": true`.
 """
 
 from __future__ import annotations
@@ -29,15 +30,20 @@ OBJECT_CHUNK = "chat.completion.chunk"
 OBJECT_COMPLETION = "chat.completion"
 
 
-def usage_of(summary: Event) -> dict[str, int]:
+def usage_of(summary: Event) -> dict[str, Any]:
+    """OpenAI's usage object; with ``"estimated": true`` beside the counts when some LLM call's server reported
+    no usage and it was counted here instead (its tokenizer, or an estimate from the text)."""
     usage = summary.get("usage") or {}
     prompt = int(usage.get("input_tokens", 0))
     completion = int(usage.get("output_tokens", 0))
-    return {
+    counts: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": int(usage.get("total_tokens", prompt + completion)),
     }
+    if usage.get("estimated"):
+        counts["estimated"] = True
+    return counts
 
 
 def absolute_url(url: str, base_url: str) -> str:

@@ -247,10 +247,14 @@ def _task_summary(answer: TaskAnswer) -> Event:
 
 def _count_tokens(key: CheckedKey, summary: Event) -> None:
     """Add the answer's tokens to the key's counter, off the response's path."""
-    tokens = usage_of(summary)["total_tokens"]
+    usage = usage_of(summary)
+    tokens = int(usage["total_tokens"])
     if tokens <= 0:
         return
-    task = asyncio.create_task(database_sync_to_async(api_key_tokens_add)(key_id=key.id, tokens=tokens))
+    estimated = bool(usage.get("estimated"))
+    task = asyncio.create_task(
+        database_sync_to_async(api_key_tokens_add)(key_id=key.id, tokens=tokens, estimated=estimated)
+    )
     _background.add(task)
     task.add_done_callback(_background.discard)
 

@@ -22,6 +22,7 @@ from concurrency.simulator.chat import handle_chat
 from concurrency.simulator.config import ConfigError, SimulatorConfig
 from concurrency.simulator.embeddings import embed, encode_base64, input_texts
 from concurrency.simulator.engine import Engine, StreamDropped, hang
+from concurrency.simulator.faults import capability_refusal
 from concurrency.simulator.responses import handle_responses
 from concurrency.simulator.serving import RequestContext, run_guarded
 from concurrency.simulator.text import estimate_tokens
@@ -83,6 +84,10 @@ class SimulatorApp:
             await ctx.send_error(400, exc.message)
             return
         self.engine.stats.attempt(ctx.endpoint, body)
+        refused = capability_refusal(ctx.endpoint, body, self.engine.faults.config.refuse)
+        if refused is not None:
+            await ctx.send_error(*refused)
+            return
         await handler(ctx, body)
 
     # -- small endpoints -------------------------------------------------------------------------------

@@ -78,6 +78,9 @@ def chat_schema(body: Mapping[str, Any]) -> dict[str, Any] | None:
                 raise BadRequest("response_format.json_schema.schema is required.")
             return _schema_of(spec["schema"], "response_format.json_schema.schema")
         if kind == "json_object":
+            # llama.cpp's server constrains json_object to a schema given beside it
+            if response_format.get("schema") is not None:
+                return _schema_of(response_format["schema"], "response_format.schema")
             return JSON_OBJECT_SCHEMA
     if body.get("guided_json") is not None:
         return _schema_of(body["guided_json"], "guided_json")

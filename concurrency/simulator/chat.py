@@ -85,6 +85,7 @@ async def handle_chat(ctx: RequestContext, body: dict[str, Any]) -> None:
         stream = flag(body, "stream")
         stream_options = body.get("stream_options")
         include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+        include_usage = include_usage and "stream_usage" not in ctx.engine.faults.config.refuse
         max_tokens = optional_int(body, "max_completion_tokens", "max_tokens")
         schema = chat_schema(body)
     except BadRequest as exc:

@@ -20,6 +20,11 @@ DEFAULT_FAULT_ENDPOINTS = ("chat", "responses")
 # fail_next directives besides HTTP status codes; see FaultConfig.
 STREAM_DIRECTIVES = ("ok", "hang", "stall", "drop")
 
+# What a less capable OpenAI-compatible server refuses or lacks (FaultConfig.refuse), as llama.cpp's server does:
+# structured output as json_schema (HTTP 500 "Input should be 'text' or 'json_object'"), as json_object too,
+# stream_options (HTTP 400), the whole Responses API (404), and usage in streams (silently: none is sent).
+REFUSABLE = ("json_schema", "json_object", "stream_options", "responses", "stream_usage")
+
 
 class ConfigError(ValueError):
     """A bad setting; ``field`` is the dataclass field (and, with dashes, the command-line flag)."""
@@ -92,6 +97,9 @@ class FaultConfig:
     drop_rate: float = 1.0
     fail_next: list[str] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=lambda: list(DEFAULT_FAULT_ENDPOINTS))
+    # Capabilities this server lacks (REFUSABLE), on every request until changed: unlike the faults above, not
+    # drawn per request.
+    refuse: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         for name in ("rate_429", "rate_500", "hang_rate", "stall_rate", "drop_rate"):
@@ -117,6 +125,8 @@ class FaultConfig:
                 raise ConfigError("fail_next", str(exc)) from None
         for endpoint in self.endpoints:
             _require(endpoint in FAULT_ENDPOINTS, "endpoints", f"unknown endpoint {endpoint!r}")
+        for capability in self.refuse:
+            _require(capability in REFUSABLE, "refuse", f"unknown capability {capability!r} (known: {REFUSABLE})")
 
     def updated(self, changes: Mapping[str, Any]) -> FaultConfig:
         """A validated copy with ``changes`` applied (JSON from /admin/faults). Unknown keys are errors."""
@@ -135,7 +145,9 @@ class FaultConfig:
         return dataclasses.asdict(self)
 
     def copy(self) -> FaultConfig:
-        return dataclasses.replace(self, fail_next=list(self.fail_next), endpoints=list(self.endpoints))
+        return dataclasses.replace(
+            self, fail_next=list(self.fail_next), endpoints=list(self.endpoints), refuse=list(self.refuse)
+        )
 
 
 def _coerce_fault_value(key: str, value: Any) -> Any:
@@ -143,7 +155,7 @@ def _coerce_fault_value(key: str, value: Any) -> Any:
     if isinstance(value, bool):
         raise ConfigError(key, "must be a number, not a boolean")
     try:
-        if key in ("fail_next", "endpoints"):
+        if key in ("fail_next", "endpoints", "refuse"):
             if isinstance(value, str):
                 value = [v for v in value.split(",") if v.strip()]
             if not isinstance(value, list):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from concurrency.simulator.config import FaultConfig, parse_directive
 
@@ -88,3 +90,37 @@ class FaultInjector:
 
 def _after(configured: int | None) -> int:
     return DEFAULT_FAULT_AFTER_TOKENS if configured is None else configured
+
+
+# llama-cpp-python's answer to a json_schema response_format: its pydantic validation error, as HTTP 500.
+_LLAMA_CPP_FORMAT_ERROR = (
+    "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}]"
+)
+
+
+def _format_type(endpoint: str, body: Mapping[str, Any]) -> str | None:
+    if endpoint == "chat":
+        response_format = body.get("response_format")
+        return response_format.get("type") if isinstance(response_format, dict) else None
+    text = body.get("text")
+    text_format = text.get("format") if isinstance(text, dict) else None
+    return text_format.get("type") if isinstance(text_format, dict) else None
+
+
+def capability_refusal(endpoint: str, body: Mapping[str, Any], refuse: Sequence[str]) -> tuple[int, str] | None:
+    """(status, message) when a server lacking the capabilities in ``refuse`` (FaultConfig.refuse) would refuse
+    this request, else None."""
+    if endpoint == "responses" and "responses" in refuse:
+        return 404, "Not Found"
+    if endpoint not in ("chat", "responses"):
+        return None
+    kind = _format_type(endpoint, body)
+    if kind == "json_schema" and "json_schema" in refuse:
+        return 500, _LLAMA_CPP_FORMAT_ERROR
+    if kind == "json_object" and "json_object" in refuse:
+        where = "response_format" if endpoint == "chat" else "text.format"
+        return 400, f"{where}: only 'text' is supported"
+    if body.get("stream_options") is not None and "stream_options" in refuse:
+        return 400, "Unrecognized request argument supplied: stream_options"
+    return None

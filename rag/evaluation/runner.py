@@ -78,7 +78,11 @@ async def judge_prompt_version(prompts: PromptProvider) -> int:
 
 
 async def judge_one(llm: Any, prompts: PromptProvider, record: AnswerRecord, *, backend: str = "chat") -> None:
-    """The judge's scores into `record.judge` ({"error": ...} when the call or its output failed)."""
+    """The judge's scores into `record.judge` ({"error": ...} when the call or its output failed, {"skipped": ...}
+    for a refusal or an error: nothing to grade)."""
+    if record.outcome in ("refused", "error"):
+        record.judge = {"skipped": record.outcome}
+        return
     try:
         snapshot = await calls.load_prompt(prompts, JUDGE_PROMPT)
         passages = "\n\n".join(
@@ -98,7 +102,7 @@ async def judge_one(llm: Any, prompts: PromptProvider, record: AnswerRecord, *, 
         )
     except calls.FALLBACK_ERRORS as exc:
         logger.warning("judge failed for %s: %s", record.question_id, exc)
-        record.judge = {"error": type(exc).__name__}
+        record.judge = {"error": calls.fallback_reason(exc)}
         return
     verdict: Judgement = result.parsed
     record.judge = {"faithfulness": verdict.faithfulness, "relevance": verdict.relevance, "reason": verdict.reason}

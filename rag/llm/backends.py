@@ -16,10 +16,11 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from openai import APIResponseValidationError, AsyncOpenAI
+from openai import APIResponseValidationError, APIStatusError, AsyncOpenAI
 from pydantic import BaseModel
 
-from rag.errors import UpstreamError
+from rag.errors import UpstreamError, UpstreamTimeout
+from rag.llm.capabilities import ParameterRefused, ServerProfile, StructuredMode, refused_parameter
 from rag.llm.client import ClientKey, get_client
 from rag.llm.config import CallPolicyConfig, LLMConfig
 from rag.llm.errors import InvalidLLMOutput
@@ -33,6 +34,7 @@ from rag.llm.streams import (
     responses_usage,
 )
 from rag.llm.structured import output_schema, parse_output
+from rag.llm.tokens import TEMPLATE_TOKENS_PER_MESSAGE, estimate_tokens, prompt_text
 from rag.llm.types import LLMDelta, LLMResult
 from rag.state import Usage
 from rag.telemetry.record import generation_error, report_generation
@@ -93,15 +95,59 @@ def _responses_args(
     return args
 
 
-def _ask_for_schema(backend: ChatBackend, body: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
-    """Request strict structured output with ``schema``, where each API takes it."""
-    if backend == "chat":
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": name, "schema": schema, "strict": True},
-        }
+# Where each API takes structured output: the parameter a refusal names.
+_OUTPUT_PARAMETER: dict[str, str] = {"chat": "response_format", "responses": "text.format"}
+_SCHEMA_INSTRUCTION = "Reply with one JSON object and nothing else, matching this JSON schema:\n"
+
+
+def _ask_for_output(
+    backend: ChatBackend, body: dict[str, Any], mode: StructuredMode, name: str, schema: dict[str, Any]
+) -> None:
+    """Request structured output with ``schema`` the way the server takes it (rag.llm.capabilities): strict
+    ``json_schema``; else ``json_object`` (with the schema where the API has room for it, as llama.cpp's server
+    reads it) and the schema in the instructions; else the instructions alone."""
+    if mode == "json_schema":
+        if backend == "chat":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": True},
+            }
+        else:
+            body["text"] = {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": True}}
+        return
+    _add_instruction(backend, body, _SCHEMA_INSTRUCTION + json.dumps(schema, ensure_ascii=False))
+    if mode == "json_object":
+        if backend == "chat":
+            body["response_format"] = {"type": "json_object", "schema": schema}
+        else:
+            body["text"] = {"format": {"type": "json_object"}}
+
+
+def _add_instruction(backend: ChatBackend, body: dict[str, Any], text: str) -> None:
+    if backend == "responses":
+        body["instructions"] = f"{body['instructions']}\n\n{text}" if body.get("instructions") else text
+        return
+    messages = list(body["messages"])
+    first = messages[0] if messages else {}
+    if first.get("role") == "system" and isinstance(first.get("content"), str):
+        messages[0] = {**first, "content": f"{first['content']}\n\n{text}"}
     else:
-        body["text"] = {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": True}}
+        messages.insert(0, {"role": "system", "content": text})
+    body["messages"] = messages
+
+
+def _sent_messages(backend: ChatBackend, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The prompt of a request body as chat messages (what token counts are made of)."""
+    if backend == "chat":
+        return list(body.get("messages") or ())
+    head = [{"role": "system", "content": body["instructions"]}] if body.get("instructions") else []
+    return [*head, *(body.get("input") or ())]
+
+
+def _prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
+    """An estimate of a prompt's tokens: what the first-token deadline and the prefill speed are reckoned in."""
+    text, count = prompt_text(messages)
+    return estimate_tokens(text) + TEMPLATE_TOKENS_PER_MESSAGE * count
 
 
 async def _post_json(client: AsyncOpenAI, path: str, body: dict[str, Any]) -> Any:
@@ -153,6 +199,80 @@ def _completed(text: str, usage: Usage, output: type[BaseModel] | None, report: 
     return LLMResult(text=text, usage=usage, parsed=parsed)
 
 
+class _StreamCall:
+    """One streamed call's requests and what it teaches the backend's ServerProfile: ``stream_options`` refused
+    (sent again without), no Responses API, whether usage came, where reasoning came, the prefill speed."""
+
+    def __init__(self, backend: LLMBackend, api: ChatBackend, body: dict[str, Any]) -> None:
+        self._backend = backend
+        self._api = api
+        self._body = body
+        self._path = "/chat/completions" if api == "chat" else "/responses"
+        self._client = backend._client()
+        self.prompt_tokens = _prompt_tokens(_sent_messages(api, body))
+        self._parser: ChatStreamParser | ResponsesStreamParser | None = None
+        self._sent_at: float | None = None
+        self._first_at: float | None = None
+        self._options_sent = False
+        self._text: list[str] = []
+        self._finished = False
+
+    def new_parser(self) -> ChatStreamParser | ResponsesStreamParser:
+        self._parser = ChatStreamParser() if self._api == "chat" else ResponsesStreamParser()
+        return self._parser
+
+    async def open_stream(self) -> Any:  # a RawEventStream, which the policy reads as the SDK's AsyncStream
+        profile = self._backend.profile
+        loop = asyncio.get_running_loop()
+        while True:
+            body = dict(self._body)
+            self._options_sent = self._api == "chat" and profile.stream_options is not False
+            if self._options_sent:
+                body["stream_options"] = {"include_usage": True}
+            self._sent_at, self._first_at = loop.time(), None
+            try:
+                return await RawEventStream.open(self._client, self._path, body)
+            except APIStatusError as exc:
+                self._backend._refusal(self._api, exc, None)
+                if not (self._options_sent and refused_parameter(exc, ("stream_options",))):
+                    raise
+                profile.stream_options_refused(self._api, exc)
+
+    def seen(self, delta: LLMDelta) -> None:
+        if delta.kind in ("answer", "reasoning") and delta.text:
+            if self._first_at is None:
+                self._first_at = asyncio.get_running_loop().time()
+            self._text.append(delta.text)
+        elif delta.kind == "usage":
+            self._finished = True
+
+    async def counted_usage(self, model: str) -> Usage:
+        self._finished = True
+        counter = self._backend.profile.tokens
+        return await counter.usage(self._client, model, _sent_messages(self._api, self._body), "".join(self._text))
+
+    def timed_out(self) -> None:
+        """The call timed out: if before its first token, the server needs at least that long for this prompt."""
+        if self._sent_at is not None and self._first_at is None:
+            elapsed = asyncio.get_running_loop().time() - self._sent_at
+            self._backend.profile.prefill.at_least(self.prompt_tokens, elapsed)
+
+    def learn(self) -> None:
+        """After the call: what it showed of the server (only a call that finished shows how long prefill takes)."""
+        parser = self._parser
+        if parser is None or not parser.finished:
+            return
+        profile = self._backend.profile
+        profile.stream_done(
+            self._api,
+            usage=parser.usage is not None,
+            options_sent=self._options_sent,
+            reasoning_field=parser.reasoning_field,
+        )
+        if self._finished and self._sent_at is not None and self._first_at is not None:
+            profile.prefill.observe(self.prompt_tokens, self._first_at - self._sent_at)
+
+
 class LLMBackend:
     """What nodes call. Build one per process: ``LLMBackend(llm_config, policy_config)``."""
 
@@ -161,6 +281,28 @@ class LLMBackend:
     ) -> None:
         self.config = config
         self.policy = policy or CallPolicy(policy_config or CallPolicyConfig())
+        # What the server accepts, learned on its first refusals (rag.llm.capabilities).
+        self.profile = ServerProfile(config.base_url)
+
+    def _refusal(self, backend: ChatBackend, exc: APIStatusError, mode: StructuredMode | None) -> bool:
+        """Learn from a refused request: True when it is worth sending again at once, stepped down. Raises
+        ParameterRefused for what cannot be stepped down (no Responses API, structured output in no form)."""
+        if backend == "responses" and exc.status_code in (404, 405):
+            self.profile.responses_missing(exc.status_code)
+            raise ParameterRefused(
+                f"The LLM server has no Responses API (POST /responses: HTTP {exc.status_code}).",
+                parameter="/responses",
+                status=exc.status_code,
+            ) from exc
+        if mode is None or mode == "prompt" or refused_parameter(exc, (_OUTPUT_PARAMETER[backend],)) is None:
+            return False
+        if self.profile.structured_refused(backend, mode, exc):
+            return True
+        raise ParameterRefused(
+            f"The LLM server refuses structured output ({exc.message}).",
+            parameter=_OUTPUT_PARAMETER[backend],
+            status=exc.status_code,
+        ) from exc
 
     # ------------------------------------------------------------------ clients
 
@@ -211,21 +353,13 @@ class LLMBackend:
         """
         cfg = self.config
         model = model or cfg.model_for(backend, node)
-        client = self._client()
-        extra = dict(extra_body) if extra_body else None
         if backend == "chat":
             kwargs = {
                 "model": model,
                 "messages": _chat_messages(messages, instructions, input),
                 "stream": True,
-                "stream_options": {"include_usage": True},
                 **self._sampling(node, temperature, max_tokens, "max_tokens"),
             }
-
-            async def open_stream() -> Any:
-                return await RawEventStream.open(client, "/chat/completions", {**kwargs, **(extra or {})})
-
-            new_parser: Any = ChatStreamParser
         elif backend == "responses":
             kwargs = {
                 "model": model,
@@ -233,33 +367,40 @@ class LLMBackend:
                 **_responses_args(messages, instructions, input),
                 **self._sampling(node, temperature, max_tokens, "max_output_tokens"),
             }
-
-            async def open_stream() -> Any:
-                return await RawEventStream.open(client, "/responses", {**kwargs, **(extra or {})})
-
-            new_parser = ResponsesStreamParser
         else:
             raise ValueError(f"unknown LLM backend {backend!r} (expected 'chat' or 'responses')")
+        call = _StreamCall(self, backend, {**kwargs, **(extra_body or {})})
         timeouts = StreamTimeouts(
-            cfg.first_token_timeout, cfg.between_tokens_timeout, total_timeout or cfg.total_timeout
+            self.profile.prefill.first_token_timeout(cfg.first_token_timeout, call.prompt_tokens),
+            cfg.between_tokens_timeout,
+            total_timeout or cfg.total_timeout,
         )
         label = CallLabel(backend, node, model, "stream")
-        started = time.time()
-        report = functools.partial(report_generation, node=node, model=model, started=started, operation="stream")
+        report = functools.partial(report_generation, node=node, model=model, started=time.time(), operation="stream")
         reported = False
         try:
             async with contextlib.aclosing(
-                self.policy.stream(label, open_stream, new_parser, timeouts, slot)
+                self.policy.stream(label, call.open_stream, call.new_parser, timeouts, slot)
             ) as deltas:
                 async for delta in deltas:
+                    call.seen(delta)
                     if delta.usage is not None:
                         report(usage=delta.usage)
                         reported = True
                     yield delta
+            if not reported:  # the server sent no usage: counted or estimated, and flagged so
+                usage = await call.counted_usage(model)
+                report(usage=usage)
+                reported = True
+                yield LLMDelta("usage", usage=usage)
         except (Exception, asyncio.CancelledError) as exc:
             if not reported:  # failed or cancelled before the end: a generation all the same, with why
                 report(usage=None, error=generation_error(exc))
+            if isinstance(exc, UpstreamTimeout):
+                call.timed_out()
             raise
+        finally:
+            call.learn()
 
     async def stream_text(self, **kwargs: Any) -> tuple[str, str, Usage]:
         """Convenience for tests and non-streaming callers: (answer, reasoning, usage) of ``stream_answer``."""
@@ -315,22 +456,46 @@ class LLMBackend:
         else:
             raise ValueError(f"unknown LLM backend {backend!r} (expected 'chat' or 'responses')")
         body.update(self._sampling(node, temperature, max_tokens, _MAX_TOKENS_FIELD[backend]))
-        if output is not None:
-            _ask_for_schema(backend, body, _schema_name(schema_name or f"{node}_output"), output_schema(output))
         if extra_body:
             body.update(extra_body)
+        name = _schema_name(schema_name or f"{node}_output")
+        schema = output_schema(output) if output is not None else None
+
+        prompt_tokens = _prompt_tokens(_sent_messages(backend, body))
+        sent_at: list[float] = []
 
         async def attempt() -> tuple[str, Usage]:
-            return _read_reply(backend, await _post_json(client, path, body))
+            sent_at[:] = [asyncio.get_running_loop().time()]
+            while True:  # sent again at once, stepped down, when the server refuses how the output was asked for
+                mode = self.profile.structured_mode(backend) if schema is not None else None
+                sent = dict(body)
+                if mode is not None and schema is not None:
+                    _ask_for_output(backend, sent, mode, name, schema)
+                try:
+                    reply = await _post_json(client, path, sent)
+                except APIStatusError as exc:
+                    if self._refusal(backend, exc, mode):
+                        continue
+                    raise
+                self.profile.answered(backend)
+                text, usage = _read_reply(backend, reply)
+                # the whole call bounds the time the server took to read the prompt (from above)
+                self.profile.prefill.observe(prompt_tokens, asyncio.get_running_loop().time() - sent_at[0])
+                if not usage.total_tokens:  # the server sent no usage: counted or estimated, and flagged so
+                    usage = await self.profile.tokens.usage(client, model, _sent_messages(backend, sent), text)
+                return text, usage
 
+        # The time the server is expected to take to read the prompt (learned from streamed calls) is added to the
+        # call's own: on a slow server a long prompt is not cut before its reply could start.
+        deadline = (total_timeout or cfg.total_timeout) + self.profile.prefill.expected(prompt_tokens)
         label = CallLabel(backend, node, model, "complete")
         report = functools.partial(report_generation, node=node, model=model, started=time.time(), operation="complete")
         try:
-            text, usage = await self.policy.call(
-                label, attempt, total_timeout=total_timeout or cfg.total_timeout, slot=slot
-            )
+            text, usage = await self.policy.call(label, attempt, total_timeout=deadline, slot=slot)
         except (Exception, asyncio.CancelledError) as exc:
             report(usage=None, error=generation_error(exc))
+            if isinstance(exc, UpstreamTimeout) and sent_at:
+                self.profile.prefill.at_least(prompt_tokens, asyncio.get_running_loop().time() - sent_at[0])
             raise
         return _completed(text, usage, output, functools.partial(report, ended=time.time()))
 

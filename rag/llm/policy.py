@@ -9,7 +9,8 @@ Per call (streaming or not):
    a call that gets neither in time fails with ``SlotUnavailable`` (a ``Busy``) before anything is sent, and an
    auxiliary call (planner, summary) is counted as skipped in the manager's stats.
 3. Run the attempt. Retry 429, 408, 5xx, SDK timeouts and connection errors with exponential backoff and full
-   jitter, honouring ``Retry-After`` (wait max(backoff, retry_after)); the slot is released before sleeping,
+   jitter (never a refusal of a parameter, ``ParameterRefused``: rag.llm.capabilities steps such a request
+   down), honouring ``Retry-After`` (wait max(backoff, retry_after)); the slot is released before sleeping,
    so a backing-off call never blocks a call that could run. A Retry-After beyond ``retry_after_cap`` or
    beyond the deadline fails at once, carrying the server's retry_after. No retry starts after ``retry_budget``
    seconds from the first attempt (nor past the deadline): an LLM failing every call ends the request soon.
@@ -55,6 +56,7 @@ from openai import (
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, get_manager
 from rag.errors import Busy, PipelineAbort, SlotUnavailable, UpstreamError, UpstreamTimeout
+from rag.llm.capabilities import ParameterRefused
 from rag.llm.config import CallPolicyConfig
 from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
 from rag.llm.types import LLMDelta
@@ -162,6 +164,10 @@ class _AttemptFailed(Exception):
 
 
 def _classify(exc: OpenAIError) -> _Failure:
+    if isinstance(exc, ParameterRefused):
+        # The server refused what was asked (rag.llm.capabilities), not for load: the same request would be
+        # refused again, so it is not retried whatever the status.
+        return _Failure(retryable=False, kind="refused", status=exc.status, detail=str(exc))
     if isinstance(exc, APIStatusError):
         status = exc.status_code
         return _Failure(

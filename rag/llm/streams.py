@@ -181,6 +181,7 @@ class ChatStreamParser:
     def __init__(self) -> None:
         self.finished = False
         self.usage: Usage | None = None
+        self.reasoning_field: str | None = None  # where the server put reasoning text, once it sent some
 
     def feed(self, chunk: Any) -> list[LLMDelta]:
         out: list[LLMDelta] = []
@@ -194,9 +195,10 @@ class ChatStreamParser:
             delta = _get(choice, "delta")
             if delta is not None:
                 # Some servers send both fields with the same text; take the first one present, not both.
-                reasoning = next(filter(None, (_text_field(delta, f) for f in _CHAT_REASONING_FIELDS)), "")
-                if reasoning:
-                    out.append(LLMDelta("reasoning", reasoning))
+                field = next((f for f in _CHAT_REASONING_FIELDS if _text_field(delta, f)), None)
+                if field is not None:
+                    self.reasoning_field = field
+                    out.append(LLMDelta("reasoning", _text_field(delta, field)))
                 content = _text_field(delta, "content")
                 if content:
                     out.append(LLMDelta("answer", content))
@@ -212,6 +214,7 @@ class ResponsesStreamParser:
         self.finished = False
         self.usage: Usage | None = None
         self.status = ""
+        self.reasoning_field: str | None = None
 
     def feed(self, event: Any) -> list[LLMDelta]:
         kind = _text_field(event, "type")
@@ -220,6 +223,8 @@ class ResponsesStreamParser:
             return [LLMDelta("answer", text)] if text else []
         if kind in _RESPONSES_REASONING_EVENTS:
             text = _text_field(event, "delta")
+            if text:
+                self.reasoning_field = kind
             return [LLMDelta("reasoning", text)] if text else []
         if kind in ("response.completed", "response.incomplete"):
             # "incomplete" (max_output_tokens) is a finished, if truncated, answer: keep what was streamed.

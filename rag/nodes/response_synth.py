@@ -9,8 +9,11 @@ reply in the question's language with the way to a human.
 With an LLM, answers from retrieved material are generated and streamed token by token (unified-agent-system
 with the numbered sources; `reasoning` deltas on their own channel), and so are the follow-up translations and
 rewrites followup_transform prepared. Only the sources the answer cites are kept, under the numbers it used,
-and listed after it. Fixed replies (out of scope, the forms export, nothing found) stay offline: there is
-nothing for a model to add. Then the running conversation summary is updated: the offline one at once, and the
+and listed after it. Fixed replies (out of scope, the forms export, nothing relevant found: retrieval_checker's
+`fallback`) stay offline: there is nothing for a model to add, and the model never answers what retrieval did
+not find. When the model fails for good, before or after its first token, the answer is made (or finished) from
+the passages after a one-line notice, flagged `degraded` (where degraded answers are allowed; elsewhere the error
+ends the stream). Then the running conversation summary is updated: the offline one at once, and the
 model's (conversation-summarizer) after the terminal event, once the conversation outgrows the history the model
 sees word for word (`summary_when`); a failed call keeps the offline one, the answer is already out. Every call
 emits its usage.
@@ -31,6 +34,7 @@ from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
 from rag.events import StreamWriter
 from rag.llm.policy import SlotTerms
 from rag.nodes._streaming import stream_text
+from rag.nodes.retrieval_checker import RELEVANT
 from rag.prompting import calls
 from rag.prompting.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, canonical_instruction, followup_mode
 from rag.prompting.prompts import CONVERSATION_SUMMARIZER, TRANSLATOR, UNIFIED_AGENT
@@ -187,8 +191,9 @@ class ResponseSynth:
             return None if kind == SCRIPT else kind
         if state.intent in (OUT_OF_SCOPE, FORM_EXPORT) or not state.should_retrieve:
             return None
-        # With nothing retrieved the honest offline "not found" (with the way to a human) says all there is.
-        return ANSWER if state.retrieved else None
+        # The model never answers what retrieval did not find: with nothing relevant (retrieval_checker's
+        # fallback) the offline refusal, with the way to a human, is the answer on every backend, as offline.
+        return ANSWER if _relevant(state) else None
 
     async def _generate(self, state: PipelineState, writer: StreamWriter, task: str) -> None:
         try:
@@ -214,11 +219,11 @@ class ResponseSynth:
         try:
             body = await self._stream(state, writer, prompt_messages, options, streamed)
         except (UpstreamError, UpstreamTimeout, Busy) as exc:
-            # Failed for good (the call policy's retries are spent). Nothing said yet and passages in hand: answer
-            # from them rather than with an error.
-            if not (self._degraded and state.degraded_allowed and task == ANSWER and state.retrieved and not streamed):
+            # Failed for good (the call policy's retries are spent, or the stream broke off mid-answer, which is
+            # never retried). Passages in hand: the answer is made (or finished) from them rather than with an error.
+            if not (self._degraded and state.degraded_allowed and task == ANSWER and state.retrieved):
                 raise
-            await self._degraded_answer(state, writer, exc)
+            await self._degraded_answer(state, writer, exc, "".join(streamed))
             return
         if not body.strip():
             # The model said nothing (a max_tokens of reasoning, say): the offline answer rather than silence.
@@ -269,18 +274,41 @@ class ResponseSynth:
         ]
         return prompt_messages, numbered, calls.call_options(self._llm, snapshot, node=NAME)
 
-    async def _degraded_answer(self, state: PipelineState, writer: StreamWriter, exc: PipelineAbort) -> None:
-        """The extractive answer from the retrieved passages, after a one-line notice that says what it is."""
-        logger.warning("answer LLM failed (%s): answering from the passages", exc.code)
-        await writer.emit(
-            self.name, "status", "generate", answer_source="degraded", fallback_reason=exc.code, degraded=True
+    async def _degraded_answer(
+        self, state: PipelineState, writer: StreamWriter, exc: PipelineAbort, streamed: str = ""
+    ) -> None:
+        """The extractive answer from the retrieved passages, after a one-line notice that says what it is.
+
+        When the model failed mid-answer (``streamed``: what the reader already has), the same notice and passages
+        follow what was streamed, so the answer is finished, flagged `degraded`, rather than ended by an error; the
+        cut-off text stays as it was read, the notice says that what follows is the articles' own words."""
+        logger.warning(
+            "answer LLM failed (%s)%s: answering from the passages", exc.code, " mid-answer" if streamed else ""
         )
+        if streamed:
+            await writer.emit(
+                self.name,
+                "status",
+                "generate",
+                answer_source="degraded",
+                fallback_reason=exc.code,
+                degraded=True,
+                mid_answer=True,
+            )
+        else:
+            await writer.emit(
+                self.name, "status", "generate", answer_source="degraded", fallback_reason=exc.code, degraded=True
+            )
         composed = await self._compose(state)
         notice = messages.text("degraded", state.language)
-        self._set(state, answers.ComposedAnswer(f"{notice}\n\n{composed.text}", composed.sources, composed.attachments))
+        text = f"{notice}\n\n{composed.text}"
+        if streamed:
+            text = f"\n\n{text}"
+        self._set(state, answers.ComposedAnswer(text, composed.sources, composed.attachments))
         state.degraded = True
         self._stats.degraded()
         await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
+        state.answer = streamed + state.answer
 
     async def _stream(
         self,
@@ -388,7 +416,7 @@ class ResponseSynth:
         contact = self._contact[messages.reply_language(language)] or words.contact
         if state.intent == OUT_OF_SCOPE or not state.should_retrieve:
             return answers.out_of_scope_answer(language, words.out_of_scope)
-        relevant = state.retrieval_verdict == "relevant" or (not state.retrieval_verdict and bool(state.retrieved))
+        relevant = _relevant(state)
         chunks = state.retrieved if relevant else []
         if state.intent == FORM_EXPORT:
             # Without a match the export still works: it lists every form.
@@ -420,6 +448,12 @@ class ResponseSynth:
                 return composed
         state.refused = True  # recorded as a refusal: the content team sees what it could not answer
         return answers.no_answer(question, state.retrieved, language=language, contact=contact)
+
+
+def _relevant(state: PipelineState) -> bool:
+    """Whether retrieval found something to answer from: the checker said so, or (a workflow without a checker)
+    something was retrieved."""
+    return state.retrieval_verdict == RELEVANT or (not state.retrieval_verdict and bool(state.retrieved))
 
 
 def _user_message(state: PipelineState, task: str) -> str:

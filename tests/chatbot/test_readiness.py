@@ -14,7 +14,7 @@ import pytest
 from django.test import AsyncClient
 
 from chatbot import lifecycle, readiness
-from concurrency.simulator.testing import free_port
+from concurrency.simulator.testing import SimulatorProcess, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,7 +76,7 @@ async def test_an_llm_server_that_does_not_answer_is_named_and_remembered_briefl
     settings.LLM_BASE_URL = f"http://127.0.0.1:{free_port()}/v1"
     status, body = await ready()
     assert status == 503
-    assert body["error"]["failing"] == ["llm"]
+    assert body["error"]["failing"] == ["llm", "llm_responses"]  # each API the configuration uses
     assert "does not answer" in body["checks"]["llm"]["detail"]
     # probes do not each knock on the LLM server: the finding is kept a few seconds
     settings.LLM_BASE_URL = ""
@@ -117,3 +117,31 @@ async def test_a_check_that_hangs_is_bounded(monkeypatch: pytest.MonkeyPatch) ->
         assert "has not returned" in body["checks"]["database"]["detail"]
     finally:
         release.set()
+
+
+@pytest.fixture
+def simulator() -> Iterator[SimulatorProcess]:
+    with SimulatorProcess().start(ttft_ms=1, tpot_ms=1, output_tokens=4) as sim:
+        yield sim
+
+
+async def test_a_server_without_the_responses_api_is_named_when_the_configuration_uses_it(
+    settings: Any, simulator: SimulatorProcess
+) -> None:
+    settings.LLM_BASE_URL = simulator.base_url
+    status, body = await ready()
+    assert status == 200, body
+    assert body["checks"]["llm_responses"]["ok"]
+    assert (await simulator.arequests())[0]["body"] == {}  # probed with an empty body: nothing generated
+
+    await simulator.afaults(refuse=["responses"])  # as llama.cpp's server
+    readiness.reset_for_tests()
+    status, body = await ready()
+    assert status == 503
+    assert body["error"]["failing"] == ["llm_responses"]
+    assert "no Responses API (POST /responses: HTTP 404)" in body["error"]["message"]
+    assert body["checks"]["llm"]["ok"]  # the chat API is there
+
+    settings.LLM_BACKENDS = ["chat"]  # a deployment that serves the chat backend only
+    status, body = await ready()
+    assert status == 200 and "llm_responses" not in body["checks"]

@@ -66,6 +66,12 @@ class Command(BaseCommand):
             default=list(faults.endpoints),
             help="Endpoints faults apply to: chat,responses,embeddings.",
         )
+        add(
+            "--refuse",
+            type=_csv,
+            default=[],
+            help="Act as a less capable server: json_schema,json_object,stream_options,responses,stream_usage.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = self.build_config(options)
@@ -103,6 +109,7 @@ class Command(BaseCommand):
             drop_rate=options["drop_rate"],
             fail_next=list(options["fail_next"]),
             endpoints=list(options["fault_endpoints"]),
+            refuse=list(options["refuse"]),
         )
         config = SimulatorConfig(
             model=options["model"],

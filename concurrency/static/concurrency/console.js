@@ -189,6 +189,20 @@
     return parts.length ? parts.join(", ") : t("none");
   }
 
+  // what this worker's LLM backend learned its server accepts (rag.llm.capabilities), in one line
+  function llmServer(status) {
+    const server = (status.worker.extra || {}).llm_server;
+    if (!server) return t("offline");
+    const parts = [t("structured output as {mode}", { mode: server.structured_output.chat })];
+    if (server.stream_usage === false) parts.push(t("usage counted here"));
+    if (server.stream_options === false) parts.push(t("no stream_options"));
+    if (server.responses_api === false) parts.push(t("no Responses API"));
+    if (server.prefill_ms_per_1k_tokens !== null) {
+      parts.push(t("prefill {ms} ms per 1k tokens", { ms: fmt(server.prefill_ms_per_1k_tokens, 0) }));
+    }
+    return parts.join(" · ");
+  }
+
   function render(status) {
     setText(q(root, "mode"), named("mode", status.worker.manager.mode));
     setText(q(root, "workers"), status.workers.length);
@@ -196,6 +210,7 @@
     setText(q(root, "live"), status.worker.manager.live_requests);
     setText(q(root, "degraded"), degradedAnswers(status));
     setText(q(root, "skipped"), skippedCalls(status));
+    setText(q(root, "llm-server"), llmServer(status));
     const cluster = status.cluster;
     setText(q(root, "limit-scope"), cluster
       ? t("cluster-wide ({state})", {

@@ -7,10 +7,12 @@ or the offline rules without `LLM_BASE_URL` or with `--offline`; no semantic cac
 
 - containment: the share of answers whose text holds a gold answer;
 - citation accuracy: of the answers that cite, the share where a cited passage holds a gold answer;
-- refusal rate: the share that cite nothing (not found, out of scope, an error);
+- outcomes: how many answers cite a passage, answer without citing any (`uncited_rate`), are the pipeline's
+  refusal (not found, out of scope: `refusal_rate`), or ended in an error;
 - answer length (characters, median and mean) and latency p50/p95 (request to terminal event);
 - with `--judge`: the configured LLM grades each answer with the versioned prompt `answer-judge`
-  (faithfulness to the cited passages and relevance, 1-5, with a reason), mean scores reported.
+  (faithfulness to the cited passages and relevance, 1-5, with a reason), mean scores reported with how many
+  were judged, skipped (refusals and errors) and failed, and the failures by kind, even when every call failed.
 
 The run is stored as an `AnswerEvaluation` (admin: Rag > Answer evaluations) and printed as one JSON object.
 """

@@ -96,6 +96,10 @@ def test_authorising_counts_the_request_and_tokens_are_added_after_the_answer() 
     api_key_tokens_add(key_id=created.key.pk, tokens=120)
     row = ApiKey.objects.get()
     assert (row.requests, row.tokens) == (2, 120) and row.last_used_at is not None
+    # an answer whose LLM server reported no usage: counted all the same, and marked as estimated
+    api_key_tokens_add(key_id=created.key.pk, tokens=30, estimated=True)
+    row.refresh_from_db()
+    assert (row.tokens, row.estimated_tokens) == (150, 30)
 
 
 def test_revoking_an_unknown_prefix_says_so() -> None:

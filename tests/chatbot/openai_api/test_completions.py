@@ -15,6 +15,7 @@ from chatbot.apikeys.services import CreatedKey, api_key_revoke
 from chatbot.models import Conversation, Message
 from chatbot.openai_api import consumers
 from chatbot.streaming import ChatExchange, pending_records
+from concurrency.selectors import concurrency_status
 from concurrency.simulator.testing import SimulatorProcess
 from tests.chatbot.openai_api.conftest import MakeKey
 from tests.chatbot.openai_api.helpers import COMPLETIONS, api_request, api_start, chunks_of, completion_body
@@ -298,3 +299,26 @@ async def test_a_refusal_is_logged_with_its_status_and_reason(chat_key: CreatedK
     lines = [r.getMessage() for r in records]
     assert any("401 invalid_api_key" in line and "/v1/chat/completions" in line for line in lines), lines
     assert any("404 model_not_found" in line and "'gpt-4'" in line for line in lines), lines
+
+
+async def test_usage_the_llm_server_did_not_report_is_counted_and_marked_estimated(
+    chat_key: CreatedKey, llm_app: LLMApp, app_sim: SimulatorProcess
+) -> None:
+    await llm_app()
+    await app_sim.afaults(refuse=["stream_usage"])  # as llama.cpp's server: streams without usage
+    body = completion_body(stream=True, stream_options={"include_usage": True})
+    response = await api_request(COMPLETIONS, body, secret=chat_key.secret)
+
+    assert response.status == 200
+    usage = chunks_of(response.body)[-1]["usage"]
+    assert usage["estimated"] is True and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+    async def counted() -> bool:
+        key = await ApiKey.objects.aget(pk=chat_key.key.pk)
+        return key.tokens == usage["total_tokens"] and key.estimated_tokens == usage["total_tokens"]
+
+    await until_async(counted, within=5.0)
+    # what was learned of the server is in the concurrency status (and the console drawn from it)
+    learned = (await sync_to_async(concurrency_status)())["worker"]["extra"]["llm_server"]
+    assert learned["stream_usage"] is False and learned["base_url"] == app_sim.base_url

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from typing import Any
 
@@ -162,3 +163,29 @@ async def test_fault_flags_at_startup(simulator_factory: SimulatorFactory) -> No
         await client.chat.completions.create(model="m", messages=MESSAGES)
     stats = await sim.astats()
     assert stats["status"] == {"200": 2}
+
+
+async def test_refuse_acts_as_a_less_capable_server(
+    llm_client: openai.AsyncOpenAI, simulator: SimulatorProcess
+) -> None:
+    await simulator.afaults(refuse=["json_schema", "stream_options", "responses"])
+    schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    with pytest.raises(openai.InternalServerError, match="Input should be 'text' or 'json_object'"):
+        await llm_client.chat.completions.create(
+            model="m",
+            messages=MESSAGES,
+            extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}},
+        )
+    # json_object with a schema beside it, as llama.cpp's server takes it: constrained to that schema
+    reply = await llm_client.chat.completions.create(
+        model="m",
+        messages=MESSAGES,
+        extra_body={"response_format": {"type": "json_object", "schema": schema}},
+    )
+    assert set(json.loads(reply.choices[0].message.content or "")) == {"a"}
+    with pytest.raises(openai.BadRequestError, match="stream_options"):
+        await _chat_stream(llm_client, stream_options={"include_usage": True})
+    with pytest.raises(openai.NotFoundError):
+        await llm_client.responses.create(model="m", input="hello")
+    with pytest.raises(RuntimeError, match="unknown capability 'telepathy'"):
+        await simulator.afaults(refuse=["telepathy"])

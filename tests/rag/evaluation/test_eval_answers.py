@@ -121,6 +121,23 @@ def test_judge_grades_every_answer_with_the_versioned_prompt(
     assert row.faithfulness == judge["faithfulness"] and row.judge_prompt_version == 2
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_judge_failing_every_call_is_reported_with_its_failures(
+    squad_file: Path, private_index: str, settings: Any, judge_simulator: SimulatorProcess
+) -> None:
+    judge_simulator.reset()
+    # a server with no structured output at all, writing prose: every judgement is unusable
+    judge_simulator.faults(refuse=["json_schema", "json_object"])
+    settings.LLM_BASE_URL = judge_simulator.base_url
+    settings.LLM_API_KEY = "test"
+    result = run(str(squad_file), "--judge", "--limit-questions", "3")
+    judge = result["judge"]
+    assert (judge["judged"], judge["faithfulness"], judge["relevance"]) == (0, None, None)
+    answered = result["outcomes"]["cited"] + result["outcomes"]["uncited"]
+    assert judge["failed"] == answered > 0 and judge["failures"] == {"invalid_output": answered}
+    assert judge["skipped"] == result["outcomes"]["refused"] + result["outcomes"]["error"]
+
+
 def test_bad_input_is_a_command_error(tmp_path: Path, settings: Any) -> None:
     with pytest.raises(CommandError, match="no such file"):
         run(str(tmp_path / "missing.json"))

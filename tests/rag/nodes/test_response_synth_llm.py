@@ -338,3 +338,23 @@ async def test_the_model_reads_the_row_asked_about_under_its_header(
     table = "| 身分 | 每門課費用 | 備註 |\n| --- | --- | --- |\n| 校外人士 | 2,500 元 | 需於開課前兩週申請 |"
     assert f"[1] 旁聽收費標準 — 旁聽生依身分收費，每門課按學期計費。\n\n{table}" in system
     assert "本校校友" not in system and "高中生" not in system
+
+
+@pytest.mark.parametrize("backend", ["chat", "responses"])
+async def test_what_retrieval_did_not_find_is_refused_as_offline_without_asking_the_model(
+    backend: str, make_backend: BackendFactory, sim: SimulatorProcess, prompts: CataloguePrompts
+) -> None:
+    # retrieval returned passages, but the checker found none relevant (its `fallback` route)
+    question = "Who won the 2022 FIFA World Cup?"
+    with_llm = faq_state(normalized_question=question, retrieval_verdict="fallback", backend=backend)
+    offline = faq_state(normalized_question=question, retrieval_verdict="fallback", backend=backend)
+    writer, channel = make_writer()
+    await synth(make_backend(), prompts).run(with_llm, writer)
+    await synth(None, prompts).run(offline, make_writer()[0])
+
+    events = await drain(channel)
+    assert with_llm.answer == offline.answer
+    assert with_llm.answer.startswith(messages.text("no_answer", "en", contact="call 02-0000").split(":")[0])
+    assert "call 02-0000" in with_llm.answer  # the way to a human
+    assert not [e for e in events if e["channel"] in ("reasoning", "meta")]
+    assert await sim.arequests() == []  # the model was not asked for the answer

@@ -85,3 +85,26 @@ async def test_with_degraded_answers_off_the_failure_is_an_error(
     terminal = check_stream(events)
     assert terminal["channel"] == "error" and terminal["code"] == "upstream_error"
     assert not state.degraded
+
+
+async def test_a_server_failing_after_the_first_token_finishes_the_answer_from_the_passages(
+    own_simulator: SimulatorProcess,
+    demo_retriever: Any,
+    manager: LLMConcurrencyManager,  # noqa: F811
+) -> None:
+    runtime = runtime_for(own_simulator, demo_retriever)
+    await own_simulator.afaults(fail_next=["ok", "drop:5"])  # the plan, then the answer is cut after five tokens
+
+    events, state = await ask(runtime, "如何重設密碼？")
+
+    summary = check_stream(events)
+    assert summary["channel"] == "meta_summary" and summary["degraded"] is True  # not upstream_error
+    answer = "".join(e["delta"] for e in events if e["channel"] == "answer")
+    assert answer == state.answer
+    notice = messages.text("degraded", "zh-hant")
+    model_part, _, rest = answer.partition(f"\n\n{notice}\n\n")
+    assert model_part and rest  # what the reader had stays, then the notice, then the passages
+    assert "[1]" in rest and summary["sources"]
+    [generate] = [e for e in events if e["channel"] == "status" and e.get("answer_source") == "degraded"]
+    assert generate["mid_answer"] is True and generate["fallback_reason"] == "upstream_error"
+    assert runtime._deps.answer_stats.stats()["degraded"] == 1

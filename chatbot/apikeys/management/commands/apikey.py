@@ -100,4 +100,5 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{key.prefix:<12} {key.name[:24]:<24} {','.join(key.scopes):<28} {key.rate_limit_per_minute:>5} "
                 f"{key.requests:>9} {key.tokens:>10}  {status}"
+                + (f" ({key.estimated_tokens} tokens estimated)" if key.estimated_tokens else "")
             )
