@@ -44,6 +44,7 @@ from chatbot.cancel import Outcome, cancel_elsewhere_later, request_id_valid
 from chatbot.consumers.common import event_json, stream_open, transport_error_event
 from chatbot.replay import LiveStream, ResumeRefused, stream_registry
 from chatbot.sites.access import limit_message, site_admit, visitor_of
+from chatbot.sites.selectors import EmbedSite
 from chatbot.streaming import AskInput, BadRequest, ask_input_parse, exchange_open
 from rag.events import TERMINAL_CHANNELS, Event
 
@@ -138,7 +139,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._refuse(str(exc))
             return
         site = self.scope.get("embed_site")  # a socket from an embedding website: its limits (chatbot.sites)
-        if site is not None:
+        if isinstance(site, EmbedSite):
             allowed, retry_after = await site_admit(site, visitor_of(self.scope))
             if not allowed:
                 wait = max(1, math.ceil(retry_after))

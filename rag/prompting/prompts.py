@@ -73,15 +73,15 @@ class _WithOrganisation:
 
     def __init__(self, snapshot: Any, variables: Mapping[str, str]) -> None:
         self._snapshot = snapshot
-        allowed = getattr(snapshot, "allowed_variables", frozenset())
+        allowed: frozenset[str] = getattr(snapshot, "allowed_variables", frozenset())
         self._variables = {name: value for name, value in variables.items() if name in allowed}
 
     @property
     def config(self) -> Mapping[str, Any]:
-        return self._snapshot.config  # type: ignore[no-any-return]
+        return self._snapshot.config
 
     def render(self, /, **variables: object) -> str:
-        return self._snapshot.render(**{**self._variables, **variables})  # type: ignore[no-any-return]
+        return self._snapshot.render(**{**self._variables, **variables})
 
 
 class OrganisationPrompts:

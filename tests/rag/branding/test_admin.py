@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def own_corpus(settings, tmp_path: Path) -> Path:
+def own_corpus(settings, tmp_path: Path) -> Iterator[Path]:
     settings.CORPUS_DIR = tmp_path
     memory.drop()
     yield tmp_path

@@ -84,7 +84,8 @@ def test_another_worker_sees_a_change_after_its_check_interval(settings) -> None
     call_command("branding", "set", "--name", "Acme Helper", stdout=StringIO())
     assert cache.get(GENERATION_KEY) is not None
     now[0] += 1.0
-    assert other.peek() is not None and other.peek().en.name == DEFAULT_EN.name  # not checked yet: memory only
+    peeked = other.peek()
+    assert peeked is not None and peeked.en.name == DEFAULT_EN.name  # not checked yet: memory only
     now[0] += 5.0
     assert other.peek() is None  # a check is due
     assert other.load(organisation_read).en.name == "Acme Helper"

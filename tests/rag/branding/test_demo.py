@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 
@@ -21,7 +22,7 @@ DEMO_WORDS = re.compile(r"LearnHub|學習e站|learnhub\.example|02-2000-0000|e-l
 
 
 @pytest.fixture
-def own_corpus(settings, tmp_path: Path, private_index: str) -> Path:
+def own_corpus(settings, tmp_path: Path, private_index: str) -> Iterator[Path]:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "en-opening-hours.md").write_text(
@@ -45,7 +46,9 @@ def _demo(*args: str) -> str:
 def test_load_then_remove_leaves_only_the_organisations_own_documents(own_corpus: Path) -> None:
     own = {p.name for p in own_corpus.iterdir()}
     out = _demo("load")
-    loaded = int(re.search(r"Demo loaded: (\d+) documents indexed\.", out)[1])
+    found = re.search(r"Demo loaded: (\d+) documents indexed\.", out)
+    assert found, out
+    loaded = int(found[1])
     assert demo_loaded()
     assert organisation_get().zh.name == "LearnHub 客服小幫手"
     assert (own_corpus / "forms" / "hours-correction-request.pdf").is_file()
