@@ -18,7 +18,7 @@ from rag.state import PipelineState
 
 NAME = "retrieval_checker"
 INPUTS = ("normalized_question", "search_query", "retrieved")
-OPTIONAL_INPUTS = ("loops", "intent")  # see response_synth.OPTIONAL_INPUTS
+OPTIONAL_INPUTS = ("loops", "intent", "history")  # see response_synth.OPTIONAL_INPUTS
 OUTPUTS = ("retrieval_verdict",)
 RELEVANT = "relevant"
 RETRY = "retry"
@@ -51,10 +51,12 @@ class RetrievalChecker:
             return any(chunk.kind == "form" for chunk in chunks)
         if max(chunk.score for chunk in chunks) < self._min_score:
             return False
-        # The question's own terms, or those of the main query of this pass: "tell me more" is searched as the
-        # previous question, and judged by it too.
+        # The question's own terms, or, in a conversation, those of the main query of this pass: "tell me more" is
+        # searched as the previous question, and judged by it too. Without a conversation only the asker's words
+        # count: a retry's query is a variation (the model's, with an LLM) in the help centre's words, and judging
+        # by it let an off-topic question through to an answer the content does not support.
         term_sets = [query_terms(state.normalized_question)]
-        if state.search_query and state.search_query != state.normalized_question:
+        if state.history and state.search_query and state.search_query != state.normalized_question:
             term_sets.append(query_terms(state.search_query))
         characters = query_characters(state.normalized_question) if self._min_char_overlap else set()
         # The top few, not only the first: fusion may rank a broadly similar chunk above the precise one.

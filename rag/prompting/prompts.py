@@ -80,6 +80,11 @@ class _WithOrganisation:
     def config(self) -> Mapping[str, Any]:
         return self._snapshot.config
 
+    def __getattr__(self, name: str) -> Any:
+        # the rest of the version (its name, version number, labels, source) as the snapshot has it: telemetry
+        # and evaluation runs name the version they used
+        return getattr(self._snapshot, name)
+
     def render(self, /, **variables: object) -> str:
         return self._snapshot.render(**{**self._variables, **variables})
 

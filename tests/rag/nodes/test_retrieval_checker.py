@@ -2,7 +2,7 @@ import pytest
 
 from rag.nodes.retrieval_checker import RetrievalChecker
 from tests.rag.chunk_fixtures import ENROL_EN, FORM_HOURS, PASSWORD_EN, PASSWORD_ZH, chunk
-from tests.rag.nodes.support import make_state, make_writer
+from tests.rag.nodes.support import history, make_state, make_writer
 
 
 def checker(*, min_score=0.0, min_overlap=0.4, max_loops=2) -> RetrievalChecker:
@@ -42,8 +42,24 @@ async def test_a_lower_ranked_precise_chunk_counts():
 
 
 async def test_the_search_query_judges_a_tell_me_more():
-    state = make_state(normalized_question="詳細一點", search_query="如何重設密碼?", retrieved=[PASSWORD_ZH])
+    state = make_state(
+        normalized_question="詳細一點",
+        search_query="如何重設密碼?",
+        history=history(("user", "如何重設密碼?"), ("assistant", "到登入頁點選忘記密碼。[1]")),
+        retrieved=[PASSWORD_ZH],
+    )
     assert await checker().run(state, make_writer()[0]) == "relevant"
+
+
+async def test_without_a_conversation_a_retry_query_in_the_help_centres_words_does_not_vouch_for_the_question():
+    # a retry's variation (the model's, with an LLM) reworded an off-topic question into the help centre's terms
+    state = make_state(
+        normalized_question="Which stocks should I buy this year?",
+        search_query="How do I reset my password?",
+        retrieved=[PASSWORD_EN],
+        loops=2,
+    )
+    assert await checker().run(state, make_writer()[0]) == "fallback"
 
 
 @pytest.mark.parametrize(("intent", "verdict"), [("form_download", "relevant"), ("form_export", "relevant")])
