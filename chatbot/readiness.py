@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import connections
 
 from chatbot import lifecycle
-from rag.replica import runtime_replicas
+from rag.replica import runtime_store
 
 __all__ = ["CHECK_TIMEOUT_SECONDS", "Check", "readiness"]
 
@@ -110,7 +110,7 @@ def _store_state(store: Any) -> str:
 
 async def check_store() -> str:
     try:
-        store, _cache_index = await runtime_replicas()
+        store = await runtime_store()
     except Exception as exc:
         raise NotReady(f"cannot open the vector store: {exc}") from exc
     if store is None:

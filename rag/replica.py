@@ -30,7 +30,7 @@ from django.db import DatabaseError, connections
 from concurrency.worker_tasks import WorkerTask
 from rag.provider import get_runtime
 
-__all__ = ["ReplicaSync", "replica_sync_enabled", "replica_sync_task", "runtime_replicas"]
+__all__ = ["ReplicaSync", "replica_sync_enabled", "replica_sync_task", "runtime_replicas", "runtime_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,12 @@ CHECK_INTERVAL = 0.5
 _RETRY_DELAY = 5.0
 
 Replicas = tuple[Any, ...]  # what has a `sync()`: the VectorStore, the semantic cache index, the curated answers
+
+
+async def runtime_store() -> Any:
+    """The pipeline runtime's vector store, whatever its kind (building the runtime if needed); None without one."""
+    deps = await get_runtime().deps()
+    return getattr(deps.retriever, "store", None)
 
 
 async def runtime_replicas() -> Replicas:

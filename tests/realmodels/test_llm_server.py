@@ -224,6 +224,6 @@ async def test_ready_names_the_missing_responses_api(llama_server: ModelServer, 
         readiness.reset_for_tests()
     body = response.json()
     assert response.status_code == 503, body
-    assert body["error"]["failing"] == ["llm_responses"]
+    assert body["error"]["failing"] == ["llm_responses"], body["checks"]
     assert "no Responses API" in body["checks"]["llm_responses"]["detail"]
     assert body["checks"]["llm"]["ok"]
