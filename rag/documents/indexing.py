@@ -380,11 +380,6 @@ def _plan(
         if len(loaded.missing) == len(scope):
             raise JobFailed(f"no such file or folder: {', '.join(map(str, scope))}")
         raise JobFailed(f"no documents to index in {', '.join(map(str, scope))}")
-    if not plan.embed and not plan.copy and not plan.reencode:
-        raise JobFailed(
-            f"this would leave the index empty ({len(plan.deleted)} documents deleted, none left); "
-            "index other documents first"
-        )
     tracker.log(
         f"plan: {len(plan.added)} added, {len(plan.updated)} updated, {len(plan.unchanged)} unchanged, "
         f"{len(plan.deleted)} deleted; {len(plan.embed)} to embed, {len(plan.copy)} copied, "

@@ -25,7 +25,9 @@ async def test_a_drop_mid_answer_records_the_partial_answer_as_failed(
     attempts: AttemptLog,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    runtime = make_runtime()
+    # Degraded answers off (RAG_DEGRADED_ANSWERS=false): the cut answer ends with its error. With them on, it is
+    # finished from the passages instead (tests/rag/pipeline/test_degraded.py).
+    runtime = make_runtime(degraded_answers=False)
     monkeypatch.setattr(streaming, "get_runtime", lambda: runtime)
     # The planner's call succeeds; the answer's connection is cut after 4 reasoning and 4 answer tokens.
     await sim.afaults(fail_next=["ok", "drop:8"])
