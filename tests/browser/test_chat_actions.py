@@ -142,12 +142,13 @@ def test_rename_and_delete_a_conversation(any_page: Any, chat_server_env: dict[s
     page.locator(".conversation-list .muted").wait_for()
     assert "My password question" in dialogs[0]
     assert page.locator(".conversation-item").count() == 0
-    gone = server_query(
+    # hidden from the visitor, kept for staff until the retention purge (CONVERSATION_RETENTION_DAYS)
+    kept_hidden = server_query(
         chat_server_env,
         "from chatbot.models import Conversation\n"
-        f"result = Conversation.objects.filter(pk={conversation_id!r}).exists()",
+        f"result = Conversation.objects.filter(pk={conversation_id!r}, hidden_at__isnull=False).exists()",
     )
-    assert gone is False
+    assert kept_hidden is True
 
 
 def test_a_dismissed_delete_keeps_the_conversation(page: Any) -> None:
