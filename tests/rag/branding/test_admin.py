@@ -28,17 +28,25 @@ def own_corpus(settings, tmp_path: Path) -> Iterator[Path]:
 def test_the_admin_home_offers_to_remove_a_loaded_demo_and_removing_it_says_what_happens(
     admin_client: Client, own_corpus: Path
 ) -> None:
-    assert "The demo organisation is loaded." not in admin_client.get("/admin/", headers={"Accept-Language": "en"}).content.decode()
+    assert (
+        "The demo organisation is loaded."
+        not in admin_client.get("/admin/", headers={"Accept-Language": "en"}).content.decode()
+    )
     demo_load()
     home = admin_client.get("/admin/", headers={"Accept-Language": "en"}).content.decode()
     assert "The demo organisation is loaded." in home and "/admin/rag_branding/branding/demo/remove/" in home
-    response = admin_client.post("/admin/rag_branding/branding/demo/remove/", follow=True, headers={"Accept-Language": "en"})
+    response = admin_client.post(
+        "/admin/rag_branding/branding/demo/remove/", follow=True, headers={"Accept-Language": "en"}
+    )
     job = IndexJob.objects.latest("pk")
     assert response.redirect_chain[-1][0] == f"/admin/rag_documents/indexjob/{job.pk}/change/"
     assert f"Index job #{job.pk} drops its documents from the index." in response.content.decode()
     assert list(own_corpus.rglob("*.md")) == [] and not DemoState.objects.get(pk=1).loaded
     assert "LearnHub" not in organisation_get().zh.name
-    assert "The demo organisation is loaded." not in admin_client.get("/admin/", headers={"Accept-Language": "en"}).content.decode()
+    assert (
+        "The demo organisation is loaded."
+        not in admin_client.get("/admin/", headers={"Accept-Language": "en"}).content.decode()
+    )
 
 
 def test_removing_the_demo_is_a_post_only(admin_client: Client) -> None:
