@@ -43,10 +43,11 @@ CHROMIUM_ARGS = [
 ANSWER_DELAY = "0.06"
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
 
-# A document whose text is HTML and script: the page must show it as text and run none of it.
+# A document whose text is HTML and script: the page must show it as text and run none of it. (A `javascript:`
+# url in front matter is refused when indexing, tests/rag/text/test_links.py; the body keeps such a link.)
 INJECTION_DOC = """---
 title: Zebra quartz <img src=x onerror="window.hcPwned='title'"> notice
-url: javascript:window.hcPwned='source-url'
+url: https://help.example.org/zebra-quartz
 language: en
 tags: [test]
 ---

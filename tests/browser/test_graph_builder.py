@@ -224,8 +224,9 @@ def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restore
     page.keyboard.press("Delete")
     expect(node(page, "cache_lookup")).to_have_count(0)
     expect(page.locator("#gb-validity")).to_contain_text("1 problem")
-    expect(node(page, "language_normalizer")).to_have_class(re.compile(r"\bhas-problem\b"))
-    expect(node(page, "language_normalizer").locator(".gb-node-problem")).to_contain_text("needs an outgoing edge")
+    # the curated-answer lookup stands before the cache lookup in the default workflow
+    expect(node(page, "curated_lookup")).to_have_class(re.compile(r"\bhas-problem\b"))
+    expect(node(page, "curated_lookup").locator(".gb-node-problem")).to_contain_text("needs an edge for route 'miss'")
     page.click("#gb-save")
     expect(page.locator("#gb-messages")).to_contain_text("Saved without cache lookup v2 with")
     page.click("#gb-publish")
@@ -312,6 +313,6 @@ def test_a_chinese_browser_gets_the_builder_in_traditional_chinese(chinese_page:
     node(page, "cache_lookup").focus()
     page.keyboard.press("Delete")
     expect(page.locator("#gb-validity")).to_have_text("✗ 1 個問題")
-    expect(node(page, "language_normalizer")).to_have_attribute("aria-label", re.compile(r"，1 個問題："))
+    expect(node(page, "curated_lookup")).to_have_attribute("aria-label", re.compile(r"，1 個問題："))
     toolbar = page.locator(".gb-toolbar").inner_text() + page.locator(".gb-tabs").inner_text()
     assert not re.search(r"\b(Draft|Save|Publish|Problems|Versions|Test run)\b", toolbar), toolbar
