@@ -118,14 +118,20 @@ async def check_store() -> str:
     return await _blocking("store", lambda: _store_state(store))
 
 
-async def _llm_request(method: str, path: str, **kwargs: Any) -> httpx.Response:
-    base_url = settings.LLM_BASE_URL
-    headers = {"Authorization": f"Bearer {settings.LLM_API_KEY}"} if settings.LLM_API_KEY else {}
+async def _probe(base_url: str, api_key: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One request of a readiness check to a model server, outside the call policy on purpose: a probe takes no
+    slot and is never retried."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx.AsyncClient(timeout=CHECK_TIMEOUT_SECONDS) as client:
         try:
-            response = await client.request(method, base_url.rstrip("/") + path, headers=headers, **kwargs)
+            return await client.request(method, base_url.rstrip("/") + path, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
             raise NotReady(f"{base_url} does not answer ({type(exc).__name__})") from exc
+
+
+async def _llm_request(method: str, path: str, **kwargs: Any) -> httpx.Response:
+    base_url = settings.LLM_BASE_URL
+    response = await _probe(base_url, settings.LLM_API_KEY, method, path, **kwargs)
     if response.status_code in (401, 403):
         raise NotReady(f"{base_url} refuses our key (HTTP {response.status_code})")
     if response.status_code >= 500:
@@ -183,14 +189,11 @@ async def _embedder_answers() -> str:
     if not base_url:
         return "local model" if settings.SENTENCE_TRANSFORMERS_MODEL else "offline lexical embedding"
     url = base_url.rstrip("/") + "/embeddings"
-    api_key = settings.EMBEDDING_API_KEY
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     body = {"model": settings.EMBEDDING_MODEL, "input": ["ready"], "encoding_format": "float"}
-    async with httpx.AsyncClient(timeout=CHECK_TIMEOUT_SECONDS) as client:
-        try:
-            response = await client.post(url, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise NotReady(f"{url} does not answer ({type(exc).__name__}): searches run on BM25 alone") from exc
+    try:
+        response = await _probe(base_url, settings.EMBEDDING_API_KEY, "POST", "/embeddings", json=body)
+    except NotReady as exc:
+        raise NotReady(f"{exc}: searches run on BM25 alone") from exc
     if response.status_code >= 400:
         raise NotReady(f"{url} answers HTTP {response.status_code}: searches run on BM25 alone")
     return f"{url} embeds"
