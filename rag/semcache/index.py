@@ -353,6 +353,12 @@ class QdrantCacheIndex:
             )
         ]
         conditions.append(models.FieldCondition(key="expires_at", range=models.Range(gt=now)))
+        return self._query(vector, conditions, limit=limit, threshold=threshold)
+
+    def _query(
+        self, vector: Sequence[float], conditions: list[models.Condition], *, limit: int, threshold: float
+    ) -> list[Candidate]:
+        """The server's nearest entries under `conditions`, as candidates with their question's features."""
         points = self.client.query_points(
             self.collection,
             query=list(vector),
@@ -380,23 +386,7 @@ class QdrantCacheIndex:
             models.FieldCondition(key="language", match=models.MatchValue(value=language)),
             models.FieldCondition(key="expires_at", range=models.Range(gt=now)),
         ]
-        points = self.client.query_points(
-            self.collection,
-            query=list(vector),
-            query_filter=models.Filter(must=conditions),
-            limit=limit,
-            score_threshold=threshold,
-            with_payload=True,
-        ).points
-        return [
-            Candidate(
-                str(p.id),
-                float(p.score),
-                dict(p.payload or {}),
-                features(str((p.payload or {}).get("normalized_question", "")), self.key_terms),
-            )
-            for p in points
-        ]
+        return self._query(vector, conditions, limit=limit, threshold=threshold)
 
     def ids(self) -> dict[str, float]:
         if self.mirror is not None:
