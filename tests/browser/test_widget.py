@@ -117,10 +117,18 @@ def test_the_script_tag_alone_gives_a_launcher_and_cited_answers_that_follow_the
     assert zh.locator(".passage").first.inner_text().strip()
     en = _ask(widget, "How do I reset my password?", 1)
     assert "password" in en.locator(".body").inner_text().lower()
+    # The server is the session's: other modules' verdicts are there too, so only rows from now on count.
+    last = "from chatbot.models import Feedback\nresult = max(Feedback.objects.values_list('pk', flat=True), default=0)"
+    before = server_query(chat_server_env, last)
     en.locator("button.vote.up").click()
     expect(en.locator("button.vote.up")).to_have_attribute("aria-pressed", "true")
-    query = "from chatbot.models import Feedback\nresult = list(Feedback.objects.values_list('kind', 'score'))"
-    assert server_query(chat_server_env, query) == [["thumbs", 1]]
+    query = (
+        "from chatbot.models import Feedback\n"
+        f"result = list(Feedback.objects.filter(pk__gt={before}).values_list('kind', 'score', 'message__content'))"
+    )
+    votes = server_query(chat_server_env, query)
+    assert [vote[:2] for vote in votes] == [["thumbs", 1]]
+    assert "password" in votes[0][2].lower()  # on the answer voted on
     page.screenshot(path=str(screenshot_dir / "widget-desktop.png"))
     # Another page of the site: the conversation is still there, and goes on.
     page.click("text=Go to the other page")
