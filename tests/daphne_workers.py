@@ -6,16 +6,19 @@ reaching every worker start them with `running_workers` and keep their Redis key
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -28,6 +31,7 @@ from concurrency.simulator.testing import free_port
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 ASGI_APP = "chatbot.asgi:application"
 DEMO = PROJECT_DIR / "rag" / "corpus" / "demo"
+SQLITE = "db.sqlite3"  # the database file in DATA_DIR when DATABASE_URL is empty (chatbot.settings)
 
 T = TypeVar("T")
 
@@ -126,51 +130,143 @@ def redis_key_prefix(url: str, label: str) -> Iterator[str]:
         client.close()
 
 
+def _postgres_admin_url(base: str) -> str:
+    return urlunsplit(urlsplit(base)._replace(path="/postgres"))
+
+
 @contextlib.contextmanager
-def shared_database(label: str) -> Iterator[str]:
-    """A fresh, empty database for worker processes to share, as a DATABASE_URL: on the PostgreSQL server the suite
-    runs against (`DATABASE_URL`), else a SQLite file in a temporary folder ("" stands for that: the workers get
-    `DATA_DIR`'s file). Dropped afterwards."""
+def shared_database(label: str, *, template: str = "") -> Iterator[str]:
+    """A fresh database for worker processes to share, as a DATABASE_URL: on the PostgreSQL server the suite runs
+    against (`DATABASE_URL`), else a SQLite file in a temporary folder ("" stands for that: the workers get
+    `DATA_DIR`'s file). Empty, or on PostgreSQL a copy of the database `template`. Dropped afterwards."""
     base = os.environ.get("DATABASE_URL", "")
     if not base.startswith(("postgres://", "postgresql://")):
         yield ""
         return
     psycopg = pytest.importorskip("psycopg")
     name = f"{label}_{uuid.uuid4().hex[:10]}"
-    server = urlsplit(base)
-    admin_url = urlunsplit(server._replace(path="/postgres"))
+    admin_url = _postgres_admin_url(base)
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     try:
-        yield urlunsplit(server._replace(path=f"/{name}"))
+        yield urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
     finally:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+# --- the prepared deployment: migrated and indexed once per session, copied for each worker environment ----------
+
+# Variables that do not change what `migrate` and `reindex` write: environments that differ only in these share
+# one prepared database.
+INDEXING = ("EMBEDDING_", "RAG_", "QDRANT_", "INDEX_", "CHUNK_")
+NOT_INDEXING = ("LLM_", "LANGFUSE_", "RAG_RATE_LIMIT", "RAG_SEMANTIC_CACHE", "DJANGO_SUPERUSER_", "PUBLIC_BASE_URL")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A migrated database with the demo corpus indexed from `corpus`: a SQLite file, or a PostgreSQL database
+    that `CREATE DATABASE ... TEMPLATE` copies."""
+
+    corpus: str
+    sqlite: str = ""
+    postgres: str = ""
+
+
+_prepared: dict[tuple[tuple[str, str], ...], Prepared] = {}
+_prepared_root: list[str] = []
+
+
+def _prepared_cleanup() -> None:
+    base = os.environ.get("DATABASE_URL", "")
+    names = [prepared.postgres for prepared in _prepared.values() if prepared.postgres]
+    if names:
+        import psycopg
+
+        with contextlib.suppress(psycopg.Error), psycopg.connect(_postgres_admin_url(base), autocommit=True) as admin:
+            for name in names:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    for root in _prepared_root:
+        shutil.rmtree(root, ignore_errors=True)
+    _prepared.clear()
+
+
+def prepared_deployment(env: dict[str, str]) -> Prepared:
+    """The session's migrated and indexed database for environments like `env`, made the first time it is asked
+    for (`migrate` and `reindex` are the slowest part of starting a worker; done once, each environment copies the
+    result). Keyed by the variables that could change what is indexed; removed when the test process exits."""
+    key = tuple(
+        sorted(
+            (name, value)
+            for name, value in env.items()
+            if name.startswith(("EMBEDDING_", "RAG_", "QDRANT_", "INDEX_", "CHUNK_"))
+            and not name.startswith(NOT_INDEXING)
+        )
+    )
+    if key in _prepared:
+        return _prepared[key]
+    if not _prepared_root:
+        _prepared_root.append(tempfile.mkdtemp(prefix="prepared-deployment-"))
+        atexit.register(_prepared_cleanup)
+    folder = Path(_prepared_root[0]) / str(len(_prepared))
+    corpus = folder / "corpus"
+    shutil.copytree(DEMO, corpus)
+    (folder / "data").mkdir()
+    build = {
+        **env,
+        "DATA_DIR": str(folder / "data"),
+        "CORPUS_DIR": str(corpus),
+        "REDIS_URL": "",
+        "LLM_BASE_URL": "",
+    }
+    postgres = ""
+    if env.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        import psycopg
+
+        postgres = f"prepared_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(_postgres_admin_url(env["DATABASE_URL"]), autocommit=True, connect_timeout=5) as admin:
+            admin.execute(f'CREATE DATABASE "{postgres}"')
+        build["DATABASE_URL"] = urlunsplit(urlsplit(env["DATABASE_URL"])._replace(path=f"/{postgres}"))
+    prepared = Prepared(corpus=str(corpus), postgres=postgres, sqlite="" if postgres else str(folder / "data" / SQLITE))
+    _prepared[key] = prepared  # before the commands: a failed build is dropped with the rest
+    manage(build, "migrate", "--noinput")
+    manage(build, "reindex")
+    return prepared
+
+
+def sqlite_copy(source: str, target: str) -> None:
+    """A consistent copy of a SQLite database (its backup API, not a file copy that could miss the WAL)."""
+    with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+
+
 @contextlib.contextmanager
 def worker_env(
-    label: str, *, llm_base_url: str = "", redis_url: str = "", prepare: bool = True, **extra: str
+    label: str,
+    *,
+    llm_base_url: str = "",
+    redis_url: str = "",
+    prepare: bool = True,
+    own_corpus: bool = False,
+    **extra: str,
 ) -> Iterator[dict[str, str]]:
-    """The one environment builder of test workers and the processes beside them: a data folder of their own with
-    a copy of the demo corpus, a database of their own (`shared_database`), Redis keys under a prefix of their own
-    (`redis_key_prefix`: the test is skipped when that Redis does not answer; no Redis when `redis_url` is empty),
-    no Qdrant, the LLM at `llm_base_url` ("": none), no rate limit, and `extra` variables on top. With `prepare`
-    the database is migrated and the corpus indexed before it is yielded."""
+    """The one environment builder of test workers and the processes beside them: a data folder of their own, a
+    database of their own (`shared_database`), Redis keys under a prefix of their own (`redis_key_prefix`: the test
+    is skipped when that Redis does not answer; no Redis when `redis_url` is empty), no Qdrant, the LLM at
+    `llm_base_url` ("": none), no rate limit, and `extra` variables on top.
+
+    With `prepare` the database is migrated and the demo corpus indexed: a copy of the session's prepared
+    deployment (`prepared_deployment`), whose corpus folder is shared and must not be written to; a test that
+    changes documents asks for `own_corpus` (a copy in its data folder, migrated and indexed for it alone)."""
     with contextlib.ExitStack() as stack:
         # first: a Redis that does not answer skips the test before anything is made (without Redis the prefix
         # names nothing shared, but every worker environment has one)
         prefix = stack.enter_context(redis_key_prefix(redis_url, label)) if redis_url else new_key_prefix(label)
         data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"{label}-"))
-        database_url = stack.enter_context(shared_database(label.replace("-", "_")))
-        corpus = Path(data_dir) / "corpus"
-        shutil.copytree(DEMO, corpus)
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "chatbot.settings",
             "DATA_DIR": data_dir,
-            "DATABASE_URL": database_url,
-            "CORPUS_DIR": str(corpus),
             "REDIS_URL": redis_url,
             "REDIS_PREFIX": prefix,
             "QDRANT_URL": "",
@@ -179,9 +275,21 @@ def worker_env(
             "PYTHONUNBUFFERED": "1",
             **extra,
         }
-        if prepare:
-            manage(env, "migrate", "--noinput")
-            manage(env, "reindex")
+        prepared = prepared_deployment(env) if prepare and not own_corpus else None
+        env["DATABASE_URL"] = stack.enter_context(
+            shared_database(label.replace("-", "_"), template=prepared.postgres if prepared else "")
+        )
+        if prepared is not None:
+            env["CORPUS_DIR"] = prepared.corpus
+            if prepared.sqlite:
+                sqlite_copy(prepared.sqlite, str(Path(data_dir) / SQLITE))
+        else:
+            corpus = Path(data_dir) / "corpus"
+            shutil.copytree(DEMO, corpus)
+            env["CORPUS_DIR"] = str(corpus)
+            if prepare:
+                manage(env, "migrate", "--noinput")
+                manage(env, "reindex")
         yield env
 
 
