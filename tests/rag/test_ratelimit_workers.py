@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.concurrency.cluster_redis import suite_redis_url
-from tests.daphne_workers import Worker, running_workers, worker_env
+from tests.daphne_workers import Worker, manage, running_workers, worker_env
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +80,42 @@ def test_the_address_is_the_trusted_hop_not_what_the_client_claims(workers: tupl
     # runs after the forty: 203.0.113.7 has used its minute
     assert ask(workers[0], "198.51.100.9, 203.0.113.7", 100) == "busy"  # a made-up entry to the left changes nothing
     assert ask(workers[1], "198.51.100.2", 101) == "served"  # another address has its own window
+
+
+def site_ask(worker: Worker, site_origin: str, visitor: str, n: int) -> tuple[str, str]:
+    """One ask from a widget on `site_origin`: ("served" | "busy" | what else happened, the refusal's message)."""
+    with httpx.stream(
+        "POST",
+        worker.url + "/api/v1/rag/ask/stream_chat",
+        json={"question": f"How do I reset my password? (site {n})"},
+        # every ask from its own address: the per-address limit above is not what this counts
+        headers={"Origin": site_origin, "X-Client-Id": visitor, "X-Forwarded-For": f"192.0.2.{n + 1}"},
+        timeout=30.0,
+    ) as response:
+        if response.status_code == 429:
+            response.read()
+            assert response.headers["access-control-allow-origin"] == site_origin  # the widget can read why
+            return "busy", response.json()["error"]["message"]
+        assert response.status_code == 200, response.read()
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    return ("served" if events[-1]["channel"] == "meta_summary" else events[-1]["channel"]), ""
+
+
+def test_a_websites_daily_and_per_visitor_limits_hold_across_two_workers(workers: tuple[Worker, ...]) -> None:
+    site_origin = "https://www.example.edu"
+    manage(
+        workers[0].env,
+        *("sites", "add", "--name", "Example University", "--origin", site_origin),
+        *("--daily-limit", "5", "--visitor-limit", "2"),
+    )
+    visitors = [uuid.uuid4().hex for _ in range(4)]  # client ids as the widget makes them
+    # Each visitor's asks alternate between the workers: the third is refused, wherever it lands.
+    first = [site_ask(workers[n % 2], site_origin, visitors[0], n) for n in range(3)]
+    assert [outcome for outcome, _ in first] == ["served", "served", "busy"]
+    assert "used up" in first[2][1]
+    second = [site_ask(workers[(n + 1) % 2], site_origin, visitors[1], 10 + n) for n in range(2)]
+    assert [outcome for outcome, _ in second] == ["served", "served"]
+    # Four of the site's five are used: one more for a third visitor, then the site's day is over for everyone.
+    assert site_ask(workers[0], site_origin, visitors[2], 20)[0] == "served"
+    assert site_ask(workers[1], site_origin, visitors[2], 21)[0] == "busy"
+    assert site_ask(workers[0], site_origin, visitors[3], 22)[0] == "busy"
