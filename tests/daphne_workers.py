@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -246,8 +246,7 @@ def worker_env(
     *,
     llm_base_url: str = "",
     redis_url: str = "",
-    prepare: bool = True,
-    own_corpus: bool = False,
+    prepare: bool | Literal["own corpus"] = True,
     **extra: str,
 ) -> Iterator[dict[str, str]]:
     """The one environment builder of test workers and the processes beside them: a data folder of their own, a
@@ -257,7 +256,8 @@ def worker_env(
 
     With `prepare` the database is migrated and the demo corpus indexed: a copy of the session's prepared
     deployment (`prepared_deployment`), whose corpus folder is shared and must not be written to; a test that
-    changes documents asks for `own_corpus` (a copy in its data folder, migrated and indexed for it alone)."""
+    changes documents asks for `prepare="own corpus"` (a copy in its data folder, migrated and indexed for it
+    alone)."""
     with contextlib.ExitStack() as stack:
         # first: a Redis that does not answer skips the test before anything is made (without Redis the prefix
         # names nothing shared, but every worker environment has one)
@@ -275,7 +275,7 @@ def worker_env(
             "PYTHONUNBUFFERED": "1",
             **extra,
         }
-        prepared = prepared_deployment(env) if prepare and not own_corpus else None
+        prepared = prepared_deployment(env) if prepare is True else None
         env["DATABASE_URL"] = stack.enter_context(
             shared_database(label.replace("-", "_"), template=prepared.postgres if prepared else "")
         )

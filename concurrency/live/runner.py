@@ -55,8 +55,8 @@ _REDIS_OP_TIMEOUT = 1.0
 
 def _db_read(known_version: int | None) -> SettingsSnapshot | None:
     """On the runner's thread: the row as a snapshot if its version differs from ``known_version``."""
-    # cycle: concurrency.selectors imports concurrency.live, whose __init__ imports this module
-    from concurrency.selectors import concurrency_settings_snapshot, concurrency_settings_version
+    # in the function: the models it reads are not ready when this package is first imported
+    from concurrency.live.stored import concurrency_settings_snapshot, concurrency_settings_version
 
     close_old_connections()
     try:

@@ -30,7 +30,9 @@ NEW_TEXT = "\n\n## 獨角獸學習護照\n\n完成三門獨角獸課程即可領
 def cluster() -> Iterator[tuple[tuple[Worker, ...], dict[str, str]]]:
     redis_url = os.environ.get("REDIS_URL", "")
     with (
-        worker_env("replica-workers", redis_url=redis_url, own_corpus=True, RAG_SEMANTIC_CACHE_ENABLED="true") as env,
+        worker_env(
+            "replica-workers", redis_url=redis_url, prepare="own corpus", RAG_SEMANTIC_CACHE_ENABLED="true"
+        ) as env,
         running_workers([env, env]) as workers,
     ):
         yield workers, env
