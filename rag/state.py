@@ -257,6 +257,9 @@ REQUEST_FIELDS = frozenset(
         "summary",
         "producer",
         "usage",
+        "degraded_allowed",
     }
 )
+# Fields the runtime keeps for the whole run (its failure, its steps, its trace); every node may read them.
+RUN_FIELDS = frozenset({"error", "skipped", "nodes_run", "trace_id", "trace_exported"})
 STATE_FIELDS = frozenset(PipelineState.__dataclass_fields__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rag.engine import NodeRegistry, NodeType
+from rag.engine.reads import undeclared_reads
 from rag.nodes import (
     cache_lookup,
     cache_response,
@@ -18,6 +19,7 @@ from rag.nodes import (
     telemetry,
     tool_executor,
 )
+from rag.state import REQUEST_FIELDS, RUN_FIELDS, STATE_FIELDS
 
 NODE_TYPES: tuple[NodeType, ...] = (
     guard.NODE_TYPE,
@@ -37,8 +39,15 @@ NODE_TYPES: tuple[NodeType, ...] = (
 
 
 def build_registry() -> NodeRegistry:
+    """Every node type, each checked to read no state field it does not declare (`rag.engine.reads`)."""
     registry = NodeRegistry()
     for node_type in NODE_TYPES:
+        undeclared = undeclared_reads(node_type, state_fields=STATE_FIELDS, always_set=REQUEST_FIELDS | RUN_FIELDS)
+        if undeclared:
+            raise ValueError(
+                f"node type {node_type.name!r} reads {', '.join(undeclared)} from the state without declaring "
+                "it: add it to the node's INPUTS or OPTIONAL_INPUTS"
+            )
         registry.register(node_type)
     return registry
 

@@ -60,6 +60,7 @@ OPTIONAL_INPUTS = (
     "should_retrieve",
     "followup_instruction",
     "search_query",
+    "queries",
     "retrieved",
     "retrieval_verdict",
     "answer",

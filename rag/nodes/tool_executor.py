@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 NAME = "tool_executor"
 INPUTS = ("queries", "language")
-OPTIONAL_INPUTS = ("intent", "loops")  # see response_synth.OPTIONAL_INPUTS
+OPTIONAL_INPUTS = ("intent", "loops", "normalized_question")  # see response_synth.OPTIONAL_INPUTS
 OUTPUTS = ("retrieved", "tools_used", "retrieval_fallback")
 TOOL = "retrieval"
 RRF_K = 60
