@@ -1,9 +1,10 @@
 """Admin pages: documents (with their chunks and descriptions, file uploads) and index/backfill jobs (start,
 follow, cancel).
 
-Rows here mirror the vector store, so they are read-only: documents change through index jobs, jobs through
-their runner. Staff act with buttons (upload, start a reindex or a backfill, cancel) that call the services;
-a job's page follows its progress through the job API.
+Rows here mirror the vector store, so they are read-only but for a document's link (saving it queues the job that
+writes it into the index): documents change through index jobs, jobs through their runner. Staff act with buttons
+(upload, start a reindex or a backfill, cancel) that call the services; a job's page follows its progress through
+the job API.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from rag.documents.services import (
     UploadBatch,
     UploadItem,
     backfill_job_create,
+    document_link_set,
     document_sources_delete,
     index_job_create,
     job_cancel,
@@ -55,6 +57,7 @@ from rag.documents.services import (
     uploads_save,
 )
 from rag.documents.sources import UPLOAD_SUFFIXES, PathNotAllowed, corpus_dir, path_allowed, uploads_dir
+from rag.text.links import http_link
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -160,6 +163,30 @@ class BackfillForm(forms.Form):
 # --- documents ------------------------------------------------------------------------------------------------
 
 
+class DocumentLinkForm(forms.ModelForm):
+    """The one thing staff change on a document: the link its answers cite."""
+
+    class Meta:
+        model = Document
+        fields = ("url",)
+        labels = {"url": _("link")}
+        help_texts = {
+            "url": _(
+                "The http(s) link answers cite for this document. A link set here wins over the source's own, for "
+                "a website page too, and later syncs keep it; empty the field to go back to the source's link (the "
+                "page's URL, url front matter, or the source's base URL + the file's path). Saving queues the job "
+                "that writes it into the index."
+            )
+        }
+        widgets = {"url": forms.URLInput(attrs={"size": 80})}
+
+    def clean_url(self) -> str:
+        url = (self.cleaned_data.get("url") or "").strip()
+        if url and not http_link(url):
+            raise forms.ValidationError(gettext("Give an http(s) link (http:// or https://)."), code="scheme")
+        return url
+
+
 class ChunkInline(admin.TabularInline):
     model = Chunk
     fields = ("ordinal", "heading", "text_preview", "description_zh", "description_en", "described_at")
@@ -181,10 +208,11 @@ class DocumentAdmin(admin.ModelAdmin):
     list_display = ("doc_id", "title", "language", "kind", "status", "chunk_count", "described", "indexed_at")
     list_filter = ("language", "kind", "status", "source_format")
     search_fields = ("doc_id", "title", "source", "form_id", "url")
+    form = DocumentLinkForm
     readonly_fields = (
         "doc_id",
         "title",
-        "url",
+        "url_override",
         "language",
         "kind",
         "tags",
@@ -218,7 +246,23 @@ class DocumentAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+        # only the link is editable, and saving it queues an index job
+        return super().has_change_permission(request, obj) and request.user.has_perm("rag_documents.add_indexjob")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return ["doc_id", "title", "url", *self.readonly_fields[2:]]
+
+    def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
+        # Not obj.save(): the other fields mirror the index and are written by jobs only.
+        if "url" not in form.changed_data:
+            return
+        job = document_link_set(document=obj, url=form.cleaned_data["url"], created_by=request.user)
+        if job is None:
+            notice = gettext("The link is saved; it reaches the index the next time this document is indexed.")
+            self.message_user(request, notice, messages.WARNING)
+        else:
+            notice = gettext("Index job #%(job)d writes the new link into the index.") % {"job": job.pk}
+            self.message_user(request, notice, messages.INFO)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A row is bookkeeping of the index: deleting it alone would leave the document searchable. The
