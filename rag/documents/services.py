@@ -587,6 +587,15 @@ def uploads_source_base_url_set(*, base_url: str) -> tuple[Source | None, bool]:
         return source, True
 
 
+def uploads_job_create(
+    *, saved: Sequence[Path], relink: bool = False, created_by: Any = None, created_from: str = ""
+) -> IndexJob:
+    """The index job for a saved batch of uploads: its files, or with `relink` (the uploads' base URL changed, so
+    every upload's link moves) the whole uploads folder."""
+    paths = [uploads_dir().resolve()] if relink else list(saved)
+    return index_job_create(paths=paths, created_by=created_by, created_from=created_from)
+
+
 def document_link_set(*, document: Document, url: str, created_by: Any = None) -> IndexJob | None:
     """Set (or, with "", clear) the link staff chose for `document`, and queue the job that writes it into the
     index: the sync of the website or folder source holding the document, else a reindex of its file. None when
