@@ -16,7 +16,8 @@ What it promises:
 - Each URL ends as one `PageResult` with an outcome, handed to `on_result` as soon as it is known, so the caller
   can turn the body into a document and drop it (memory stays flat whatever the site's size).
 
-Sources of URLs: a sitemap (sitemap indexes followed, gzip not supported) or a start page whose same-site links
+Sources of URLs: a sitemap (sitemap indexes followed; gzipped ones, `sitemap.xml.gz` or any gzip body, are
+decompressed up to `max_sitemap_bytes`) or a start page whose same-site links
 are followed breadth first; plus every page known from earlier syncs, so a page that disappeared is asked for
 again and its 404/410 seen.
 """
@@ -29,6 +30,7 @@ import ipaddress
 import logging
 import socket
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -47,6 +49,7 @@ _SITEMAP_NS = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
 _MAX_SITEMAPS = 50
 _MAX_CRAWL_DELAY = 10.0
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class CrawlRefused(ValueError):
@@ -67,6 +70,7 @@ class CrawlConfig:
     max_bytes: int = 5 * 1024 * 1024
     timeout: float = 20.0
     max_redirects: int = 5
+    max_sitemap_bytes: int = 50 * 1024 * 1024  # a sitemap, once decompressed (the sitemaps protocol's own limit)
     conditional: bool = True  # False: ask for every page in full (a full re-sync)
 
 
@@ -298,6 +302,23 @@ def sitemap_entries(body: bytes) -> tuple[list[str], list[str]]:
     raise ValueError(f"not a sitemap: the root element is <{tag}>")
 
 
+def gunzipped(body: bytes, *, limit: int) -> bytes:
+    """`body` decompressed when it is gzip (by its magic bytes, whatever its name or headers say), else as is;
+    ValueError past `limit` bytes decompressed (a small file can hold a huge one) or when it is broken."""
+    if not body.startswith(_GZIP_MAGIC):
+        return body
+    decompressor = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+    try:
+        out = decompressor.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"broken gzip ({exc})") from exc
+    if len(out) > limit:
+        raise ValueError(f"larger than {limit} bytes once decompressed")
+    if not decompressor.eof:
+        raise ValueError("broken gzip (truncated)")
+    return out
+
+
 def _is_html(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower() in ("text/html", "application/xhtml+xml")
 
@@ -438,10 +459,13 @@ class Crawler:
             if url in done or not self._same_site(url):
                 continue
             done.add(url)
-            response, _, body = await self._get(url, {})
+            response, _, body = await self._get(url, {}, max_bytes=self.config.max_sitemap_bytes)
             if response.status_code != 200:
                 raise CrawlRefused(f"the sitemap {url} answered {response.status_code}")
-            found, nested = sitemap_entries(body)
+            try:
+                found, nested = sitemap_entries(gunzipped(body, limit=self.config.max_sitemap_bytes))
+            except ValueError as exc:
+                raise CrawlRefused(f"the sitemap {url}: {exc}") from exc
             pages.extend(found)
             pending.extend(normalise(n, url) for n in nested)
         return pages
