@@ -259,6 +259,9 @@ def _job_work(job: IndexJob, tracker: JobTracker) -> JobWork:
         report["pages"] = bounded([{"url": p.url, "outcome": p.outcome, "detail": p.detail} for p in crawl.pages])
         return JobWork(crawl.loaded, [], owns, lambda: _source_synced(source, crawl.pages), report)
     folder = source_folder(source)
+    if job.remove_source and source.kind == SourceKind.UPLOADS:
+        # the uploads source holds the uploads' base URL only: removing it leaves the uploaded documents indexed
+        return JobWork(LoadResult(), [], lambda doc_id: False, lambda: _source_delete(source), report)
     if job.remove_source:
         rows = Document.objects.exclude(status=DocumentStatus.DELETED).values_list("doc_id", "source")
         owned = {doc_id for doc_id, path in rows if path and Path(path).is_relative_to(folder)}

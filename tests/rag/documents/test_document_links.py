@@ -4,6 +4,7 @@ kept by later indexes and syncs, and dropping the cached answers that cited the 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -88,11 +89,19 @@ def test_a_link_that_is_not_http_is_a_form_error_naming_the_field(staff: Client,
     assert not IndexJob.objects.filter(created_from="admin").exists()
 
 
-def test_the_change_form_shows_the_link_field_with_which_link_wins(staff: Client, indexed: None) -> None:
+def test_the_change_form_shows_the_link_field_and_saves_as_a_browser_posts_it(staff: Client, indexed: None) -> None:
     document = Document.objects.get(doc_id="zh-enrolment")
     page = staff.get(f"/admin/rag_documents/document/{document.pk}/change/").content.decode()
     assert 'name="url"' in page and "https://help.example/zh/enrolment" in page
     assert "wins over the source" in page and 'name="title"' not in page
+    # every hidden field the page holds (the chunks' inline among them) sent back, as a browser would
+    hidden = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page))
+    assert "chunks-TOTAL_FORMS" in hidden
+    response = staff.post(f"/admin/rag_documents/document/{document.pk}/change/", {**hidden, "url": NEW_LINK})
+    assert response.status_code == 302
+    document.refresh_from_db()
+    assert (document.url, document.url_override) == (NEW_LINK, NEW_LINK)
+    assert IndexJob.objects.get(created_from="admin").paths == [document.source]
 
 
 async def test_saving_a_link_rewrites_the_index_and_drops_only_the_answers_citing_it(

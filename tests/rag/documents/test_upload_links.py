@@ -13,7 +13,7 @@ from django.test import Client
 
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import Document, IndexJob, JobStatus, Source, SourceKind
-from rag.documents.services import job_claim
+from rag.documents.services import job_claim, source_sync_request
 from rag.retrieval.store import VectorStore
 from tests.rag.documents.conftest import CountingEmbedder
 
@@ -165,3 +165,16 @@ def test_the_uploads_api_is_for_staff(configured: Path) -> None:
     response = client.post("/api/v1/rag/uploads", {"files": [SimpleUploadedFile("a.html", FEES_EN)]})
     assert response.status_code == 403
     assert not (configured / "data" / "uploads").exists() or not any((configured / "data" / "uploads").iterdir())
+
+
+def test_removing_the_uploads_source_keeps_the_uploaded_documents(
+    staff: Client, store: VectorStore, embedder: CountingEmbedder
+) -> None:
+    staff.post("/admin/rag_documents/document/upload/", {**batch(), "base_url": BASE})
+    run(IndexJob.objects.get(), store, embedder)
+    uploads = Source.objects.get(kind=SourceKind.UPLOADS)
+
+    run(source_sync_request(source=uploads, remove=True), store, embedder)
+
+    assert not Source.objects.filter(kind=SourceKind.UPLOADS).exists()
+    assert {"uploads/en/fees.html", "uploads/zh/fees.html", "uploads/faq"} <= set(links(store))
