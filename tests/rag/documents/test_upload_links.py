@@ -178,3 +178,25 @@ def test_removing_the_uploads_source_keeps_the_uploaded_documents(
 
     assert not Source.objects.filter(kind=SourceKind.UPLOADS).exists()
     assert {"uploads/en/fees.html", "uploads/zh/fees.html", "uploads/faq"} <= set(links(store))
+
+
+def test_a_staff_link_on_an_upload_survives_its_re_upload(
+    staff: Client, store: VectorStore, embedder: CountingEmbedder
+) -> None:
+    staff.post("/admin/rag_documents/document/upload/", {**batch(), "base_url": BASE})
+    run(IndexJob.objects.get(), store, embedder)
+    fees = Document.objects.get(doc_id="uploads/en/fees.html")
+    inline = {"chunks-TOTAL_FORMS": "0", "chunks-INITIAL_FORMS": "0"}
+    changed = staff.post(
+        f"/admin/rag_documents/document/{fees.pk}/change/", {**inline, "url": "https://www.example.edu/fees"}
+    )
+    assert changed.status_code == 302
+    run(IndexJob.objects.latest("created_at"), store, embedder)
+
+    edited = PAGE.format(lang="en", title="Fees", text="Visitors pay NT$ 2,500.").encode()
+    again = {"files": [SimpleUploadedFile("fees.html", edited)], "relative_paths": '["en/fees.html"]'}
+    staff.post("/admin/rag_documents/document/upload/", {**again, "base_url": BASE, "index_now": "on"})
+    done = run(IndexJob.objects.latest("created_at"), store, embedder)
+
+    assert done.updated == 1
+    assert links(store)["uploads/en/fees.html"] == {"https://www.example.edu/fees"}
