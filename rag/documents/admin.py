@@ -1,9 +1,10 @@
 """Admin pages: documents (with their chunks and descriptions, file uploads) and index/backfill jobs (start,
 follow, cancel).
 
-Rows here mirror the vector store, so they are read-only: documents change through index jobs, jobs through
-their runner. Staff act with buttons (upload, start a reindex or a backfill, cancel) that call the services;
-a job's page follows its progress through the job API.
+Rows here mirror the vector store, so they are read-only but for a document's link (saving it queues the job that
+writes it into the index): documents change through index jobs, jobs through their runner. Staff act with buttons
+(upload, start a reindex or a backfill, cancel) that call the services; a job's page follows its progress through
+the job API.
 """
 
 from __future__ import annotations
@@ -47,14 +48,18 @@ from rag.documents.services import (
     UploadBatch,
     UploadItem,
     backfill_job_create,
+    document_link_set,
     document_sources_delete,
     index_job_create,
     job_cancel,
     source_pause,
     source_sync_request,
+    uploads_job_create,
     uploads_save,
+    uploads_source_base_url_set,
 )
 from rag.documents.sources import UPLOAD_SUFFIXES, PathNotAllowed, corpus_dir, path_allowed, uploads_dir
+from rag.text.links import http_link
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -106,10 +111,27 @@ class UploadForm(forms.Form):
         help_text=_("A whole folder: its files keep their folder paths (en/fees.html and zh/fees.html stay two)."),
     )
     relative_paths = forms.CharField(required=False, widget=forms.HiddenInput)
+    base_url = forms.CharField(
+        label=_("Base URL of uploads"),
+        required=False,
+        max_length=1000,
+        widget=forms.URLInput(attrs={"size": 60, "placeholder": "https://help.example.edu/"}),
+        help_text=_(
+            "Each upload links to this + its path in the uploads folder (https://help.example.edu/ + en/fees.html) "
+            "unless it names its own link (url front matter) or staff set one. Changing it re-links every upload; "
+            "empty: uploads have no link of their own."
+        ),
+    )
     index_now = forms.BooleanField(required=False, initial=True, label=_("Start an index job for these files"))
 
     class Media:
         js = ("rag_documents/upload.js",)
+
+    def clean_base_url(self) -> str:
+        base_url = (self.cleaned_data.get("base_url") or "").strip()
+        if base_url and not http_link(base_url):
+            raise forms.ValidationError(gettext("Give an http(s) link (http:// or https://)."), code="scheme")
+        return base_url
 
     def items(self) -> list[UploadItem]:
         """The uploaded files with their relative paths (sent by upload.js in the files' order)."""
@@ -160,6 +182,30 @@ class BackfillForm(forms.Form):
 # --- documents ------------------------------------------------------------------------------------------------
 
 
+class DocumentLinkForm(forms.ModelForm):
+    """The one thing staff change on a document: the link its answers cite."""
+
+    class Meta:
+        model = Document
+        fields = ("url",)
+        labels = {"url": _("link")}
+        help_texts = {
+            "url": _(
+                "The http(s) link answers cite for this document. A link set here wins over the source's own, for "
+                "a website page too, and later syncs keep it; empty the field to go back to the source's link (the "
+                "page's URL, url front matter, or the source's base URL + the file's path). Saving queues the job "
+                "that writes it into the index."
+            )
+        }
+        widgets = {"url": forms.URLInput(attrs={"size": 80})}
+
+    def clean_url(self) -> str:
+        url = (self.cleaned_data.get("url") or "").strip()
+        if url and not http_link(url):
+            raise forms.ValidationError(gettext("Give an http(s) link (http:// or https://)."), code="scheme")
+        return url
+
+
 class ChunkInline(admin.TabularInline):
     model = Chunk
     fields = ("ordinal", "heading", "text_preview", "description_zh", "description_en", "described_at")
@@ -181,10 +227,11 @@ class DocumentAdmin(admin.ModelAdmin):
     list_display = ("doc_id", "title", "language", "kind", "status", "chunk_count", "described", "indexed_at")
     list_filter = ("language", "kind", "status", "source_format")
     search_fields = ("doc_id", "title", "source", "form_id", "url")
+    form = DocumentLinkForm
     readonly_fields = (
         "doc_id",
         "title",
-        "url",
+        "url_override",
         "language",
         "kind",
         "tags",
@@ -218,7 +265,23 @@ class DocumentAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+        # only the link is editable, and saving it queues an index job
+        return super().has_change_permission(request, obj) and request.user.has_perm("rag_documents.add_indexjob")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return ["doc_id", "title", "url", *self.readonly_fields[2:]]
+
+    def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
+        # Not obj.save(): the other fields mirror the index and are written by jobs only.
+        if "url" not in form.changed_data:
+            return
+        job = document_link_set(document=obj, url=form.cleaned_data["url"], created_by=request.user)
+        if job is None:
+            notice = gettext("The link is saved; it reaches the index the next time this document is indexed.")
+            self.message_user(request, notice, messages.WARNING)
+        else:
+            notice = gettext("Index job #%(job)d writes the new link into the index.") % {"job": job.pk}
+            self.message_user(request, notice, messages.INFO)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A row is bookkeeping of the index: deleting it alone would leave the document searchable. The
@@ -299,7 +362,9 @@ class DocumentAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/rag_documents/document/delete_confirmation.html", context)
 
-    def _uploaded(self, request: HttpRequest, batch: UploadBatch, *, index_now: bool) -> HttpResponse:
+    def _uploaded(self, request: HttpRequest, batch: UploadBatch, form: UploadForm) -> HttpResponse:
+        _, relink = uploads_source_base_url_set(base_url=form.cleaned_data["base_url"])
+        index_now = form.cleaned_data["index_now"]
         names = ", ".join(
             (gettext("added %(path)s") if o.outcome == "added" else gettext("updated %(path)s")) % {"path": o.path}
             for o in batch.outcomes
@@ -308,7 +373,7 @@ class DocumentAdmin(admin.ModelAdmin):
             uploaded = gettext("Uploaded %(names)s into %(folder)s.") % {"names": names, "folder": uploads_dir()}
             self.message_user(request, uploaded, messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:rag_documents_document_changelist"))
-        job = index_job_create(paths=batch.saved, created_by=request.user, created_from="admin")
+        job = uploads_job_create(saved=batch.saved, relink=relink, created_by=request.user, created_from="admin")
         uploaded = gettext("Uploaded %(names)s; index job #%(job)d indexes them.") % {"names": names, "job": job.pk}
         self.message_user(request, uploaded, messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:rag_documents_indexjob_change", args=[job.pk]))
@@ -316,7 +381,8 @@ class DocumentAdmin(admin.ModelAdmin):
     def upload_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request) or not request.user.has_perm("rag_documents.add_indexjob"):
             raise PermissionDenied
-        form = UploadForm(request.POST or None, request.FILES or None)
+        current = Source.objects.filter(kind=SourceKind.UPLOADS).values_list("base_url", flat=True).first()
+        form = UploadForm(request.POST or None, request.FILES or None, initial={"base_url": current or ""})
         if request.method == "POST" and form.is_valid():
             items = form.items()
             batch = uploads_save(items=items) if items else None
@@ -328,7 +394,7 @@ class DocumentAdmin(admin.ModelAdmin):
                     form.add_error("files", f"{refused.path}: {refused.reason}")
                 form.add_error(None, gettext("Nothing was saved: fix or leave out the files named below."))
             else:
-                return self._uploaded(request, batch, index_now=form.cleaned_data["index_now"])
+                return self._uploaded(request, batch, form)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -634,6 +700,12 @@ class SourceForm(forms.ModelForm):
         kind = data.get("kind") or getattr(self.instance, "kind", "")
         if kind in (SourceKind.WEBSITE, SourceKind.SITEMAP) and not _is_http(data.get("url", "")):
             self.add_error("url", gettext("Give an http(s) URL."))
+        if kind == SourceKind.UPLOADS:
+            # the uploads folder, whatever was typed: there is one, and its base URL links every upload
+            data["folder"] = str(uploads_dir().resolve())
+            others = Source.objects.filter(kind=SourceKind.UPLOADS).exclude(pk=self.instance.pk)
+            if others.exists():
+                self.add_error("kind", gettext("There is an uploads source already."))
         if kind == SourceKind.FOLDER:
             try:
                 data["folder"] = str(path_allowed(data.get("folder", "")))

@@ -5,6 +5,13 @@
     GET  /api/v1/rag/index-jobs/<id>          the job (status, progress, counts, log)
     POST /api/v1/rag/index-jobs/<id>/cancel   -> 202 job (409 when it has finished)
     and the same under /api/v1/rag/backfill-jobs ({"limit": N} when creating).
+    POST /api/v1/rag/uploads                  multipart: files (repeated), paths (their relative paths, in the
+                                              same order; optional), base_url, index (default true) -> 201
+                                              {"files": [...], "base_url": ..., "job": job or null}
+
+An upload batch is all or nothing (rag.documents.services.uploads_save): one refused file is a 400 naming each
+file and why, and nothing is saved. `base_url` is the uploads' base URL (each upload links to it + its path in the
+uploads folder); left out, the current one stays; "" removes it.
 
 Access: a staff session (with its CSRF token for POST), or ``Authorization: Bearer <CONCURRENCY_API_TOKEN>``
 (the concurrency APIs' token) when that setting is set; anyone else gets 403 JSON, never a login redirect. Paths
@@ -24,12 +31,23 @@ from django.views.decorators.cache import never_cache
 
 from concurrency import access
 from concurrency.jsonio import JsonInputError, json_decode, json_error
-from rag.documents.models import Job
+from rag.documents.models import Job, Source, SourceKind
 from rag.documents.selectors import job_as_dict, job_get, jobs_recent
-from rag.documents.services import backfill_job_create, index_job_create, job_cancel
+from rag.documents.services import (
+    UploadItem,
+    backfill_job_create,
+    index_job_create,
+    job_cancel,
+    uploads_job_create,
+    uploads_save,
+    uploads_source_base_url_set,
+)
 from rag.documents.sources import FORMATS, PathNotAllowed, path_allowed
+from rag.text.links import http_link
 
 MAX_PATHS = 200
+MAX_UPLOAD_FILES = 500
+_TRUE, _FALSE = frozenset({"true", "1", "on", "yes"}), frozenset({"false", "0", "off", "no"})
 MAX_BODY_BYTES = 64 * 1024
 # A backfill limit is a count of chunks; past this it is a typo (and past 2**63 no database column holds it).
 MAX_BACKFILL_LIMIT = 10**9
@@ -173,3 +191,50 @@ def backfill_job(request: HttpRequest, job_id: int) -> HttpResponse:
 @staff_api
 def backfill_job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     return _cancel(request, "backfill", job_id)
+
+
+def _upload_input(request: HttpRequest) -> tuple[list[UploadItem], bool]:
+    """The batch's files with their relative paths, and whether to index them; JsonInputError naming the field."""
+    files = request.FILES.getlist("files")
+    if not files:
+        raise JsonInputError("files", "send one or more files (multipart/form-data, field 'files')")
+    if len(files) > MAX_UPLOAD_FILES:
+        raise JsonInputError("files", f"at most {MAX_UPLOAD_FILES} files a batch")
+    paths = request.POST.getlist("paths")
+    if paths and len(paths) != len(files):
+        raise JsonInputError("paths", "give one relative path per file, in the files' order, or none")
+    index = request.POST.get("index", "true").strip().lower()
+    if index not in _TRUE | _FALSE:
+        raise JsonInputError("index", "expected true or false")
+    items = [
+        UploadItem(name=upload.name or "", relative_path=path, chunks=upload.chunks())
+        for upload, path in zip(files, paths or [""] * len(files), strict=True)
+    ]
+    return items, index in _TRUE
+
+
+@never_cache
+@staff_api
+def uploads(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return json_error(405, "method_not_allowed", "use POST")
+    base_url = request.POST.get("base_url")
+    try:
+        items, index = _upload_input(request)
+        if base_url is not None and base_url.strip() and not http_link(base_url.strip()):
+            raise JsonInputError("base_url", 'expected an absolute http(s) URL, or "" for none')
+    except JsonInputError as exc:
+        return _bad(exc)
+    batch = uploads_save(items=items)
+    files = [{"path": o.path, "outcome": o.outcome, "reason": o.reason} for o in batch.outcomes]
+    if batch.refused:
+        return json_error(400, "refused", "nothing was saved: fix or leave out the refused files", files=files)
+    relink = False
+    if base_url is not None:
+        _, relink = uploads_source_base_url_set(base_url=base_url)
+    source_base = Source.objects.filter(kind=SourceKind.UPLOADS).values_list("base_url", flat=True).first()
+    job = None
+    if index:
+        job = uploads_job_create(saved=batch.saved, relink=relink, created_by=request.user, created_from="api")
+    body = {"files": files, "base_url": source_base or "", "job": job_as_dict(job=job) if job else None}
+    return JsonResponse(body, status=201)

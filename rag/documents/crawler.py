@@ -4,7 +4,10 @@ What it promises:
 
 - It never leaves the site: every URL it asks for, redirects and canonical links included, has the start URL's
   scheme, host and port. A host that resolves to a private, loopback, link-local or otherwise special address is
-  refused unless the source is marked internal, so a crawl is never a way to reach the servers beside it.
+  refused unless the source is marked internal, so a crawl is never a way to reach the servers beside it. The
+  check is made where the connection is made (`CheckedBackend`): the name is resolved once, every address checked,
+  and the connection opened to the checked address (TLS and the Host header still name the host), so a DNS answer
+  that changes between a check and the connection cannot lead to a private address.
 - robots.txt is read once per crawl and honoured for the named user agent (its Crawl-delay too); `<meta
   name="robots" content="noindex">` keeps a page out and `nofollow` stops link discovery from it.
 - Requests are paced (`rate` per second across the crawl) and bounded (`concurrency` at once, `max_bytes` and
@@ -13,7 +16,8 @@ What it promises:
 - Each URL ends as one `PageResult` with an outcome, handed to `on_result` as soon as it is known, so the caller
   can turn the body into a document and drop it (memory stays flat whatever the site's size).
 
-Sources of URLs: a sitemap (sitemap indexes followed, gzip not supported) or a start page whose same-site links
+Sources of URLs: a sitemap (sitemap indexes followed; gzipped ones, `sitemap.xml.gz` or any gzip body, are
+decompressed up to `max_sitemap_bytes`) or a start page whose same-site links
 are followed breadth first; plus every page known from earlier syncs, so a page that disappeared is asked for
 again and its 404/410 seen.
 """
@@ -26,6 +30,7 @@ import ipaddress
 import logging
 import socket
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -33,6 +38,7 @@ from typing import Literal
 from urllib.parse import urldefrag, urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
+import httpcore
 import httpx
 
 logger = logging.getLogger(__name__)
@@ -43,6 +49,7 @@ _SITEMAP_NS = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
 _MAX_SITEMAPS = 50
 _MAX_CRAWL_DELAY = 10.0
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class CrawlRefused(ValueError):
@@ -63,6 +70,7 @@ class CrawlConfig:
     max_bytes: int = 5 * 1024 * 1024
     timeout: float = 20.0
     max_redirects: int = 5
+    max_sitemap_bytes: int = 50 * 1024 * 1024  # a sitemap, once decompressed (the sitemaps protocol's own limit)
     conditional: bool = True  # False: ask for every page in full (a full re-sync)
 
 
@@ -116,20 +124,95 @@ def address_refused(address: str) -> bool:
     )
 
 
-async def host_check(host: str, port: int, *, internal: bool) -> str:
-    """ "" when `host` may be crawled, else why not. Every address the name resolves to must be public unless
-    `internal`."""
-    if internal:
-        return ""
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        return f"cannot resolve {host} ({exc})"
-    for info in infos:
-        address = str(info[4][0])
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def resolve(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to (the system's resolver), in its order, each once; OSError when none."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def addresses_refusal(host: str, addresses: Iterable[str]) -> str:
+    """ "" when every address is public, else why `host` may not be reached."""
+    for address in addresses:
         if address_refused(address):
             return f"{host} resolves to {address}, a private, loopback or link-local address (mark the source internal)"
     return ""
+
+
+async def host_check(host: str, port: int, *, internal: bool, resolver: Resolver = resolve) -> str:
+    """ "" when `host` may be crawled, else why not. Every address the name resolves to must be public unless
+    `internal`. A first look, for a clear error before anything is asked; the guarantee is `CheckedBackend`."""
+    if internal:
+        return ""
+    try:
+        addresses = await resolver(host, port)
+    except OSError as exc:
+        return f"cannot resolve {host} ({exc})"
+    return addresses_refusal(host, addresses)
+
+
+class CheckedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend that connects only to addresses it has just checked: it resolves the name
+    itself, refuses the connection when any address is private, loopback or link-local (unless `internal`), and
+    connects to the checked address. httpcore still starts TLS with the host name (SNI, certificate check) and
+    httpx sends the URL's Host header, so only the address lookup is pinned."""
+
+    def __init__(self, *, internal: bool, resolver: Resolver = resolve) -> None:
+        self.internal = internal
+        self.resolver = resolver
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            addresses = await self.resolver(host, port)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host} ({exc})") from exc
+        reason = "" if self.internal else addresses_refusal(host, addresses)
+        if reason:
+            raise CrawlRefused(reason)
+        failure: Exception = httpcore.ConnectError(f"{host} resolves to no address")
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore.ConnectError as exc:
+                failure = exc
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise CrawlRefused("a crawl connects over TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def checked_transport(
+    *, internal: bool, concurrency: int = 2, resolver: Resolver = resolve
+) -> httpx.AsyncBaseTransport:
+    """An httpx transport whose every connection goes through `CheckedBackend` (no proxies, no environment)."""
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    # httpx takes no network backend, so the pool it built is replaced by one that uses ours, as configured
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        max_connections=max(1, concurrency),
+        max_keepalive_connections=max(1, concurrency),
+        keepalive_expiry=5.0,
+        network_backend=CheckedBackend(internal=internal, resolver=resolver),
+    )
+    return transport
 
 
 def site_of(url: str) -> tuple[str, str, int]:
@@ -219,6 +302,23 @@ def sitemap_entries(body: bytes) -> tuple[list[str], list[str]]:
     raise ValueError(f"not a sitemap: the root element is <{tag}>")
 
 
+def gunzipped(body: bytes, *, limit: int) -> bytes:
+    """`body` decompressed when it is gzip (by its magic bytes, whatever its name or headers say), else as is;
+    ValueError past `limit` bytes decompressed (a small file can hold a huge one) or when it is broken."""
+    if not body.startswith(_GZIP_MAGIC):
+        return body
+    decompressor = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+    try:
+        out = decompressor.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"broken gzip ({exc})") from exc
+    if len(out) > limit:
+        raise ValueError(f"larger than {limit} bytes once decompressed")
+    if not decompressor.eof:
+        raise ValueError("broken gzip (truncated)")
+    return out
+
+
 def _is_html(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower() in ("text/html", "application/xhtml+xml")
 
@@ -252,13 +352,13 @@ class Crawler:
         known: Mapping[str, KnownPage] | None = None,
         on_result: ResultCallback | None = None,
         should_stop: Callable[[], bool] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        resolver: Resolver = resolve,
     ) -> None:
         self.config = config
         self.known = dict(known or {})
         self.on_result = on_result
         self.should_stop = should_stop or (lambda: False)
-        self.transport = transport
+        self.resolver = resolver
         self.site = site_of(config.start_url)
         self.summary = CrawlSummary()
         self.robots: RobotFileParser | None = None
@@ -266,7 +366,6 @@ class Crawler:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._seen: set[str] = set()
         self._finals: dict[str, str] = {}  # final URL -> the URL that reached it first
-        self._host_ok: dict[str, str] = {}
         self._client: httpx.AsyncClient | None = None
         self.stopped = False
 
@@ -277,13 +376,15 @@ class Crawler:
         scheme, host, port = self.site
         if scheme not in ("http", "https") or not host:
             raise CrawlRefused(f"{self.config.start_url!r} is not an http(s) URL")
-        reason = await host_check(host, port, internal=self.config.internal)
+        reason = await host_check(host, port, internal=self.config.internal, resolver=self.resolver)
         if reason:
             raise CrawlRefused(reason)
-        limits = httpx.Limits(max_connections=max(1, self.config.concurrency))
         headers = {"User-Agent": self.config.user_agent}
+        transport = checked_transport(
+            internal=self.config.internal, concurrency=self.config.concurrency, resolver=self.resolver
+        )
         async with httpx.AsyncClient(
-            headers=headers, limits=limits, follow_redirects=False, transport=self.transport, trust_env=False
+            headers=headers, follow_redirects=False, transport=transport, trust_env=False
         ) as client:
             self._client = client
             await self._read_robots()
@@ -358,10 +459,13 @@ class Crawler:
             if url in done or not self._same_site(url):
                 continue
             done.add(url)
-            response, _, body = await self._get(url, {})
+            response, _, body = await self._get(url, {}, max_bytes=self.config.max_sitemap_bytes)
             if response.status_code != 200:
                 raise CrawlRefused(f"the sitemap {url} answered {response.status_code}")
-            found, nested = sitemap_entries(body)
+            try:
+                found, nested = sitemap_entries(gunzipped(body, limit=self.config.max_sitemap_bytes))
+            except ValueError as exc:
+                raise CrawlRefused(f"the sitemap {url}: {exc}") from exc
             pages.extend(found)
             pending.extend(normalise(n, url) for n in nested)
         return pages
@@ -452,15 +556,10 @@ class Crawler:
         result.body = body
         return result
 
-    async def _checked_host(self, url: str) -> None:
+    def _checked_site(self, url: str) -> None:
+        # the address is checked by the transport, on every connection (CheckedBackend)
         if not self._same_site(url):
             raise CrawlRefused(f"{url} is not on the source's site")
-        _, host, port = site_of(url)
-        key = f"{host}:{port}"
-        if key not in self._host_ok:
-            self._host_ok[key] = await host_check(host, port, internal=self.config.internal)
-        if self._host_ok[key]:
-            raise CrawlRefused(self._host_ok[key])
 
     async def _get(
         self, url: str, headers: Mapping[str, str], *, max_bytes: int | None = None
@@ -471,7 +570,7 @@ class Crawler:
         limit = max_bytes or self.config.max_bytes
         async with asyncio.timeout(self.config.timeout):
             for _ in range(self.config.max_redirects + 1):
-                await self._checked_host(url)
+                self._checked_site(url)
                 await self._pacer.wait()
                 async with self._client.stream("GET", url, headers=dict(headers)) as response:
                     if response.status_code in _REDIRECTS and response.headers.get("location"):

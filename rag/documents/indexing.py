@@ -9,8 +9,6 @@ switch leaves the live index and the rows as they were.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 import threading
 import time
@@ -19,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from django.db import transaction
 from django.db.models import Count
@@ -27,6 +24,7 @@ from django.utils import timezone
 
 from rag.documents.crawler import CrawlRefused
 from rag.documents.hooks import documents_reindexed_notify
+from rag.documents.links import links_applied, source_folder
 from rag.documents.models import (
     TEXT_PREVIEW_CHARS,
     Chunk,
@@ -178,6 +176,8 @@ def _execute(job: IndexJob, tracker: JobTracker, store: VectorStore, embedder: E
     if job.if_empty and _already_filled(tracker, store):
         return
     work = _job_work(job, tracker)
+    # each document's link: set by staff, its own, or its folder's base URL + its path (rag.documents.links)
+    work.loaded.documents = links_applied(work.loaded.documents)
     loaded, scope = work.loaded, work.scope
     if job.remove_source and not _owned_live(work):
         tracker.log(f"source {job.source_name} has no document in the index")
@@ -258,26 +258,16 @@ def _job_work(job: IndexJob, tracker: JobTracker) -> JobWork:
         report.update(robots=crawl.summary.robots, asked=crawl.summary.asked, outcomes=crawl.summary.outcomes)
         report["pages"] = bounded([{"url": p.url, "outcome": p.outcome, "detail": p.detail} for p in crawl.pages])
         return JobWork(crawl.loaded, [], owns, lambda: _source_synced(source, crawl.pages), report)
-    folder = Path(source.folder)
+    folder = source_folder(source)
+    if job.remove_source and source.kind == SourceKind.UPLOADS:
+        # the uploads source holds the uploads' base URL only: removing it leaves the uploaded documents indexed
+        return JobWork(LoadResult(), [], lambda doc_id: False, lambda: _source_delete(source), report)
     if job.remove_source:
         rows = Document.objects.exclude(status=DocumentStatus.DELETED).values_list("doc_id", "source")
         owned = {doc_id for doc_id, path in rows if path and Path(path).is_relative_to(folder)}
         return JobWork(LoadResult(), [folder], owned.__contains__, lambda: _source_delete(source), report)
     loaded = _load(job, tracker, [folder])
-    if source.base_url:
-        loaded.documents = [_with_base_url(d, folder, source.base_url) for d in loaded.documents]
     return JobWork(loaded, [folder], None, lambda: _source_synced(source, []), report)
-
-
-def _with_base_url(document: SourceDocument, folder: Path, base_url: str) -> SourceDocument:
-    """A folder document's link: its own `url` (front matter) if it has one, else base URL + relative path. The
-    link is part of the content hash, so changing the base URL updates the documents' links."""
-    if document.url or not document.source_path:
-        return document
-    relative = Path(document.source_path).relative_to(folder).as_posix()
-    url = base_url.rstrip("/") + "/" + quote(relative)
-    digest = hashlib.sha256(f"{document.content_hash}\n{url}".encode()).hexdigest()
-    return dataclasses.replace(document, url=url, content_hash=digest)
 
 
 def _crawl(job: IndexJob, tracker: JobTracker, source: Source) -> SiteCrawl:

@@ -34,6 +34,8 @@ class Document(models.Model):
     source_format = models.CharField(_("source format"), max_length=16, blank=True)
     title = models.CharField(_("title"), max_length=500)
     url = models.CharField(_("url"), max_length=1000, blank=True)
+    # the link staff set in the admin; it wins over the source's own link on every later index or sync
+    url_override = models.CharField(_("link set by staff"), max_length=1000, blank=True)
     language = models.CharField(_("language"), max_length=16, db_index=True)
     tags = models.JSONField(_("tags"), default=list, blank=True)
     kind = models.CharField(_("kind"), max_length=16, default="article", db_index=True)

@@ -31,13 +31,16 @@ from django.utils.text import get_valid_filename
 from rag.documents.models import (
     JOB_LOG_LIMIT,
     BackfillJob,
+    Document,
     IndexJob,
     Job,
     JobRunnerHeartbeat,
     JobStatus,
     Source,
     SourceKind,
+    SourcePage,
 )
+from rag.documents.source_sync import WEB_PREFIX
 from rag.documents.sources import (
     FORMATS,
     UPLOAD_SUFFIXES,
@@ -47,6 +50,7 @@ from rag.documents.sources import (
     screen_file,
     uploads_dir,
 )
+from rag.text.links import http_link
 
 logger = logging.getLogger(__name__)
 
@@ -462,6 +466,10 @@ def source_create(
         if not folder or not Path(folder).is_dir():
             raise SourceInvalid(f"folder: {folder!r} is not a folder")
         folder = str(Path(folder).resolve())
+    elif kind == SourceKind.UPLOADS:
+        if Source.objects.filter(kind=SourceKind.UPLOADS).exists():
+            raise SourceInvalid("kind: there is an uploads source already (one holds every upload)")
+        folder = str(uploads_dir().resolve())
     if base_url:
         base_url = _http_url(base_url, "base_url")
     if max_pages < 1:
@@ -508,7 +516,8 @@ def source_sync_request(
         active = _source_active_job(source)
         if active is not None and not (remove and not active.remove_source):
             return active
-        paths = [source.folder] if source.kind == SourceKind.FOLDER and source.folder else []
+        folder_kinds = (SourceKind.FOLDER, SourceKind.UPLOADS)
+        paths = [source.folder] if source.kind in folder_kinds and source.folder else []
         job = IndexJob.objects.create(
             source=source,
             source_name=source.name,
@@ -544,6 +553,85 @@ def sources_due_enqueue(*, now: datetime | None = None) -> list[IndexJob]:
 def source_pause(*, source: Source, paused: bool) -> None:
     next_sync = None if paused or source.every is None else timezone.now()
     Source.objects.filter(pk=source.pk).update(paused=paused, next_sync_at=next_sync)
+
+
+# --- links ---------------------------------------------------------------------------------------------------
+
+
+class LinkInvalid(ValueError):
+    """A link that is not an absolute http(s) URL."""
+
+
+@retry_locked
+def uploads_source_base_url_set(*, base_url: str) -> tuple[Source | None, bool]:
+    """Set the base URL uploads link to (base + the file's path in the uploads folder), creating the uploads
+    source when there is none; returns (the source, whether the base URL changed). "" leaves uploads unlinked."""
+    base_url = (base_url or "").strip()
+    if base_url and not http_link(base_url):
+        raise LinkInvalid(f"{base_url!r} is not an http(s) URL")
+    with transaction.atomic():
+        source = Source.objects.select_for_update().filter(kind=SourceKind.UPLOADS).first()
+        if source is None:
+            if not base_url:
+                return None, False
+            taken = Source.objects.filter(name="uploads").exists()
+            name = f"uploads-{uuid.uuid4().hex[:6]}" if taken else "uploads"
+            created = Source.objects.create(
+                name=name, kind=SourceKind.UPLOADS, folder=str(uploads_dir().resolve()), base_url=base_url
+            )
+            return created, True
+        if source.base_url == base_url:
+            return source, False
+        source.base_url = base_url
+        source.save(update_fields=["base_url"])
+        return source, True
+
+
+def uploads_job_create(
+    *, saved: Sequence[Path], relink: bool = False, created_by: Any = None, created_from: str = ""
+) -> IndexJob:
+    """The index job for a saved batch of uploads: its files, or with `relink` (the uploads' base URL changed, so
+    every upload's link moves) the whole uploads folder."""
+    paths = [uploads_dir().resolve()] if relink else list(saved)
+    return index_job_create(paths=paths, created_by=created_by, created_from=created_from)
+
+
+def document_link_set(*, document: Document, url: str, created_by: Any = None) -> IndexJob | None:
+    """Set (or, with "", clear) the link staff chose for `document`, and queue the job that writes it into the
+    index: the sync of the website or folder source holding the document, else a reindex of its file. None when
+    nothing can re-read the document now (the link then applies the next time it is indexed)."""
+    url = (url or "").strip()
+    if url and not http_link(url):
+        raise LinkInvalid(f"{url!r} is not an http(s) URL")
+    fields: dict[str, Any] = {"url_override": url, "updated_at": timezone.now()}
+    if url:
+        fields["url"] = url
+    db_retry(Document.objects.filter(pk=document.pk).update, **fields)
+    document.refresh_from_db()
+    source = _source_holding(document)
+    if source is not None:
+        if source.kind in _WEB_KINDS:
+            # asked for in full next time: a 304 would keep the page's old link
+            db_retry(SourcePage.objects.filter(source=source, doc_id=document.doc_id).update, etag="", last_modified="")
+        return source_sync_request(source=source, created_by=created_by, created_from="admin")
+    try:
+        path = path_allowed(document.source)
+    except PathNotAllowed:
+        return None
+    return index_job_create(paths=[path], created_by=created_by, created_from="admin")
+
+
+def _source_holding(document: Document) -> Source | None:
+    parts = document.doc_id.split("/")
+    if len(parts) > 2 and parts[0] == WEB_PREFIX:
+        return Source.objects.filter(name=parts[1], kind__in=_WEB_KINDS).first()
+    if not document.source or "://" in document.source:
+        return None
+    path = Path(document.source)
+    for source in Source.objects.filter(kind=SourceKind.FOLDER):
+        if source.folder and path.is_relative_to(Path(source.folder)):
+            return source
+    return None
 
 
 # --- upload batches --------------------------------------------------------------------------------------------
