@@ -29,7 +29,7 @@ from rag.questions import question_too_long
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.workflows import selectors, services
 from rag.workflows.access import staff_api
-from rag.workflows.checks import PublishBlocked, publish_check_detail, workflow_draft_check
+from rag.workflows.checks import PublishBlocked, publish_check_detail, publish_tests_count, workflow_draft_check
 from rag.workflows.graphs import GraphShapeError, graph_check, graph_clean, node_catalogue
 from rag.workflows.models import PublishCheck, WorkflowDraft, WorkflowDraftVersion
 
@@ -87,7 +87,9 @@ def _handled(view: Any) -> Any:
         except services.PublishRefused as exc:
             return json_error(400, "invalid_workflow", str(exc), problems=exc.problems)
         except PublishBlocked as exc:
-            return json_error(409, "tests_failed", str(exc))
+            # what the builder's publish dialog shows: the version's results beside production's, per test
+            check = publish_check_detail(exc.check) if exc.check is not None else None
+            return json_error(409, "tests_failed", str(exc), check=check, tests=publish_tests_count())
 
     wrapped.__name__ = view.__name__
     wrapped.__doc__ = view.__doc__
@@ -356,7 +358,7 @@ async def draft_check(request: HttpRequest, draft_id: int) -> HttpResponse:
     fail beside production's, per question. `GET`: the draft's checks, newest first."""
     if request.method == "GET":
         checks = [publish_check_detail(c) async for c in PublishCheck.objects.filter(draft_id=draft_id)[:20]]
-        return JsonResponse({"checks": checks})
+        return JsonResponse({"checks": checks, "tests": await sync_to_async(publish_tests_count)()})
     if request.method != "POST":
         return json_error(405, "bad_request", "use GET or POST")
     try:

@@ -27,7 +27,12 @@ ANSWER_TIMEOUT = 120.0
 
 
 class PublishBlocked(Exception):
-    """The draft's version regresses on the test set (or was never checked) and no override was given."""
+    """The draft's version regresses on the test set (or was never checked) and no override was given; `check` is
+    the version's latest run of the test set (None when it was never run), for the publish dialog to show."""
+
+    def __init__(self, message: str, check: PublishCheck | None = None) -> None:
+        super().__init__(message)
+        self.check = check
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +111,8 @@ def publish_check_gate(*, draft: WorkflowDraft, override_reason: str = "", overr
             raise PublishBlocked(f"'{draft.name}' v{draft.version} has not been run against the test set")
         raise PublishBlocked(
             f"'{draft.name}' v{draft.version} fails {check.regressions} test(s) production passes; "
-            "publishing it needs an override with a reason"
+            "publishing it needs an override with a reason",
+            check,
         )
     if check is None:
         check = PublishCheck(draft=draft, version=draft.version, backend=draft.backend or "")
@@ -131,3 +137,8 @@ def publish_check_detail(check: PublishCheck) -> dict[str, Any]:
         "overridden_by": check.overridden_by,
         "created_at": check.created_at.isoformat(),
     }
+
+
+def publish_tests_count() -> int:
+    """The active tests a version runs: none means publishing needs no check."""
+    return PublishTest.objects.filter(active=True).count()
