@@ -23,7 +23,7 @@ from rag.workflows import selectors
 from rag.workflows.api import MAX_ID
 from rag.workflows.builder_words import builder_words
 from rag.workflows.graphs import graph_check, node_catalogue
-from rag.workflows.models import PublishCheck, PublishTest, WorkflowDraft
+from rag.workflows.models import PromptCheck, PublishCheck, PublishTest, WorkflowDraft
 
 
 @admin.register(WorkflowDraft)
@@ -177,4 +177,43 @@ class PublishCheckAdmin(admin.ModelAdmin):
     @admin.display(description=_("results"))
     def results_table(self, obj: PublishCheck) -> str:
         """Per test, the draft's verdict beside production's, with what each answer missed."""
+        return render_to_string("admin/rag_workflows/publish_results.html", {"results": obj.results})
+
+
+@admin.register(PromptCheck)
+class PromptCheckAdmin(admin.ModelAdmin):
+    """Runs of the test set with a prompt version beside the production prompts, and overrides."""
+
+    list_display = (
+        "prompt_name",
+        "prompt_version",
+        "backend",
+        "passed",
+        "failed",
+        "regressions",
+        "overridden_by",
+        "created_at",
+    )
+    list_filter = ("prompt_name", "backend")
+    readonly_fields = (
+        "prompt_name",
+        "prompt_version",
+        "backend",
+        "results_table",
+        "passed",
+        "failed",
+        "regressions",
+        "override_reason",
+        "overridden_by",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("results"))
+    def results_table(self, obj: PromptCheck) -> str:
         return render_to_string("admin/rag_workflows/publish_results.html", {"results": obj.results})
