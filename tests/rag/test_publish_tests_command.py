@@ -111,3 +111,38 @@ def test_list_shows_the_active_tests_and_all_with_all(tmp_path: Path) -> None:
     everything = run("list", "--all")
     assert everything[-1] == "4 test(s)"
     assert any(line.endswith("(inactive) 西部幹線連接哪兩個城市？") for line in everything)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_check_draft_prints_the_verdicts_stores_the_check_and_fails_on_a_regression() -> None:
+    from rag.workflows import services
+    from rag.workflows.models import PublishCheck
+    from tests.rag.workflows.test_publish_checks import no_retrieval_graph
+
+    PublishTest.objects.create(question="How do I reset my password?", must_cite=["en-password-reset"])
+    draft = services.workflow_draft_create(name="no-retrieval", graph=no_retrieval_graph())
+    out = StringIO()
+    with pytest.raises(CommandError, match="1 regression"):
+        call_command("publish_tests", "check-draft", str(draft.pk), stdout=out)
+    assert out.getvalue().splitlines() == [
+        "How do I reset my password?: FAIL (missing source en-password-reset); production pass",
+        "0 passed, 1 failed, 1 regression(s)",
+    ]
+    assert PublishCheck.objects.get(draft=draft).regressions == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_check_prompt_offline_answers_alike_so_the_version_may_be_published() -> None:
+    from prompts.catalogue import CATALOGUE, PRODUCTION
+    from prompts.services import prompt_label_move, prompt_version_create
+
+    PublishTest.objects.create(question="How do I reset my password?", must_cite=["en-password-reset"])
+    name = "unified-agent-system"
+    version = prompt_version_create(name=name, template=CATALOGUE[name].template + "\nBe brief.", config=None)
+    # the offline rules use no prompt: both sides answer alike, and a check without regression lets it through
+    assert run("check-prompt", name, str(version.version))[-1] == "1 passed, 0 failed, 0 regression(s)"
+    assert PRODUCTION in prompt_label_move(name=name, label=PRODUCTION, version=version.version).labels
+    with pytest.raises(CommandError, match="prompt 'unified-agent-system' has no version 99"):
+        run("check-prompt", name, "99")
+    with pytest.raises(CommandError, match="no workflow draft 12345"):
+        run("check-draft", "12345")
