@@ -94,7 +94,7 @@ class PromptAdmin(admin.ModelAdmin):
         edited_version = obj.version if change else None
         if change and not form.changes_version():
             for label in labels:  # same text and config: the labels go to the edited version itself
-                _copy_row(obj, prompt_label_move(name=obj.name, label=label, version=obj.version))
+                self._label_unchanged(request, obj, label)
             if not labels:
                 self.message_user(
                     request, gettext("Template and config unchanged: no new version created."), messages.INFO
@@ -121,6 +121,12 @@ class PromptAdmin(admin.ModelAdmin):
                 % {"new": created, "old": edited_version, "labels": ", ".join(created.labels)},
                 messages.SUCCESS,
             )
+
+    def _label_unchanged(self, request: HttpRequest, obj: Prompt, label: str) -> None:
+        try:
+            _copy_row(obj, prompt_label_move(name=obj.name, label=label, version=obj.version))
+        except PromptPublishBlocked as exc:
+            self.message_user(request, gettext("Not made production: %(reason)s") % {"reason": exc}, messages.WARNING)
 
     def has_delete_permission(self, request: HttpRequest, obj: Prompt | None = None) -> bool:
         return False  # versions are history; roll back by moving a label instead

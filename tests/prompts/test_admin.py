@@ -219,3 +219,16 @@ def test_with_publish_tests_a_new_version_saved_as_production_is_saved_but_not_p
     )
     assert "Not made production: translator-system v2 has not been run" in response.content.decode()
     assert _labels() == {1: ["production"], 2: ["staging", "latest"]}
+
+
+def test_with_publish_tests_labelling_an_unchanged_version_production_is_refused_with_a_message(admin_client):
+    from rag.workflows.models import PublishTest
+
+    admin_client.post(reverse("admin:prompts_prompt_change", args=[_v1().pk]), _change_data(TEMPLATE))
+    PublishTest.objects.create(question="How do I reset my password?", must_cite=["en-password-reset"])
+    v2 = Prompt.objects.get(name=NAME, version=2)
+    data = {"template": v2.template, "config": '{"temperature": 0.0}', "note": "", "also_label": ["production"]}
+    response = admin_client.post(reverse("admin:prompts_prompt_change", args=[v2.pk]), data, follow=True)
+    assert response.status_code == 200
+    assert "Not made production: translator-system v2 has not been run" in response.content.decode()
+    assert _labels() == {1: ["production"], 2: ["latest"]}
