@@ -26,6 +26,7 @@ from chatbot.feedback import feedback_export_rows, feedback_with_question
 from chatbot.gaps import gap_impact, gap_topics_mark_handled
 from chatbot.insights import MAX_DAYS, insights_csv, insights_summary
 from chatbot.models import Conversation, Feedback, GapTopic, Message
+from rag.workflows.testset import publish_test_from_answer
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -129,7 +130,23 @@ class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = ("conversation", *MESSAGE_FIELDS)
     readonly_fields = fields
-    actions = ("approve_as_curated",)
+    actions = ("approve_as_curated", "add_to_publish_tests")
+
+    @admin.action(description=_("Add to the publish test set"), permissions=["add_test"])
+    def add_to_publish_tests(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
+        added, skipped = _publish_tests_from_answers(queryset)
+        self.message_user(
+            request,
+            _(
+                "%(added)d question(s) added to the publish test set, %(skipped)d skipped (not a good answer, "
+                "citing no source, or already in the set). Fill in the facts each answer must contain under "
+                "Publish tests."
+            )
+            % {"added": added, "skipped": skipped},
+        )
+
+    def has_add_test_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("rag_workflows.add_publishtest")
 
     @admin.action(description=_("Approve as curated answers"), permissions=["approve"])
     def approve_as_curated(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
@@ -163,6 +180,32 @@ class MessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("content"))
     def short_content(self, obj: Message) -> str:
         return obj.content[:80] + ("…" if len(obj.content) > 80 else "")
+
+
+GOOD_OUTCOMES = ("", Message.Outcome.ANSWERED, Message.Outcome.CACHED, Message.Outcome.CURATED)
+
+
+def _publish_tests_from_answers(messages: QuerySet[Message]) -> tuple[int, int]:
+    """A publish test per good answer among `messages` (answered with sources): its question, its sources to cite,
+    the request id as origin. How many were added and skipped."""
+    answers = [
+        m
+        for m in messages
+        if m.role == Message.Role.ASSISTANT and m.status == Message.Status.OK and m.outcome in GOOD_OUTCOMES
+    ]
+    questions = dict(
+        Message.objects.filter(request_id__in=[m.request_id for m in answers], role=Message.Role.USER).values_list(
+            "request_id", "content"
+        )
+    )
+    added = 0
+    for answer in answers:
+        question = questions.get(answer.request_id, "")
+        added += (
+            publish_test_from_answer(question=question, sources=answer.sources, request_id=answer.request_id)
+            is not None
+        )
+    return added, len(messages) - added
 
 
 def _feedback_csv(queryset: QuerySet[Feedback]) -> HttpResponse:

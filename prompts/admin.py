@@ -22,7 +22,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from prompts.catalogue import CATALOGUE, PRODUCTION, STAGING
-from prompts.errors import PromptError
+from prompts.errors import PromptError, PromptPublishBlocked
 from prompts.forms import ASSIGNABLE_LABELS, PromptVersionForm
 from prompts.models import Prompt
 from prompts.selectors import prompt_versions_list
@@ -94,20 +94,25 @@ class PromptAdmin(admin.ModelAdmin):
         edited_version = obj.version if change else None
         if change and not form.changes_version():
             for label in labels:  # same text and config: the labels go to the edited version itself
-                _copy_row(obj, prompt_label_move(name=obj.name, label=label, version=obj.version))
+                self._label_unchanged(request, obj, label)
             if not labels:
                 self.message_user(
                     request, gettext("Template and config unchanged: no new version created."), messages.INFO
                 )
             return
-        created = prompt_version_create(
-            name=form.prompt_name() or obj.name,
-            template=form.cleaned_data["template"],
-            config=form.cleaned_data.get("config"),
-            author=request.user,
-            note=form.cleaned_data.get("note", ""),
-            labels=labels,
-        )
+        fields = {
+            "name": form.prompt_name() or obj.name,
+            "template": form.cleaned_data["template"],
+            "config": form.cleaned_data.get("config"),
+            "author": request.user,
+            "note": form.cleaned_data.get("note", ""),
+        }
+        try:
+            created = prompt_version_create(**fields, labels=labels)
+        except PromptPublishBlocked as exc:
+            # a new version was never run against the publish tests: saved, but not made production
+            created = prompt_version_create(**fields, labels=[label for label in labels if label != PRODUCTION])
+            self.message_user(request, gettext("Not made production: %(reason)s") % {"reason": exc}, messages.WARNING)
         _copy_row(obj, created)
         if edited_version is not None:
             self.message_user(
@@ -116,6 +121,12 @@ class PromptAdmin(admin.ModelAdmin):
                 % {"new": created, "old": edited_version, "labels": ", ".join(created.labels)},
                 messages.SUCCESS,
             )
+
+    def _label_unchanged(self, request: HttpRequest, obj: Prompt, label: str) -> None:
+        try:
+            _copy_row(obj, prompt_label_move(name=obj.name, label=label, version=obj.version))
+        except PromptPublishBlocked as exc:
+            self.message_user(request, gettext("Not made production: %(reason)s") % {"reason": exc}, messages.WARNING)
 
     def has_delete_permission(self, request: HttpRequest, obj: Prompt | None = None) -> bool:
         return False  # versions are history; roll back by moving a label instead
@@ -247,7 +258,17 @@ class PromptAdmin(admin.ModelAdmin):
             self.message_user(request, gettext("Unknown label '%(label)s'.") % {"label": label}, messages.ERROR)
             return HttpResponseRedirect(change_url)
         try:
-            moved = prompt_label_move(name=prompt.name, label=label, version=prompt.version)
+            moved = prompt_label_move(
+                name=prompt.name,
+                label=label,
+                version=prompt.version,
+                override_reason=str(request.POST.get("override_reason", "")),
+                overridden_by=request.user.get_username(),
+            )
+        except PromptPublishBlocked as exc:
+            # the version's page then offers the override: the same button with a reason, which is recorded
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(f"{change_url}?{urlencode({'blocked': label})}")
         except PromptError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
@@ -266,6 +287,7 @@ class PromptAdmin(admin.ModelAdmin):
         obj = Prompt.objects.filter(pk=object_id).only("name", "version").first() if object_id.isdigit() else None
         if obj is not None:
             extra["assignable_labels"] = ASSIGNABLE_LABELS
+            extra["blocked_label"] = request.GET.get("blocked") if request.GET.get("blocked") == PRODUCTION else None
             # Against production by default (the compare page's default for a missing `a`).
             params: dict[str, str | int] = {"name": obj.name, "b": obj.version}
             extra["compare_url"] = (

@@ -29,3 +29,8 @@ class PromptRenderError(PromptError, ValueError):
 
 class PromptSourceError(PromptError):
     """The remote prompt source (Langfuse) failed or answered something unusable."""
+
+
+class PromptPublishBlocked(PromptError):
+    """Giving a version the production label was refused by a publish gate (the answers' test set found a
+    regression, or the version was never run against it) and no override reason was given."""

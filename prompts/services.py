@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -20,6 +20,29 @@ from prompts.errors import PromptNotFoundError, PromptValidationError
 from prompts.memory import generation_bump
 from prompts.models import Prompt
 from prompts.validation import validate_config, validate_label, validate_labels, validate_template
+
+
+class PublishGate(Protocol):
+    """Asked, inside the label move's transaction, before `version` of `name` (maybe one being created, so never
+    tested) becomes production; raises PromptPublishBlocked to refuse. Registered by the apps that test answers
+    (this app runs no pipeline: rag.workflows registers its test set's gate), so prompts never import them."""
+
+    def __call__(self, *, name: str, version: int, override_reason: str, overridden_by: str) -> None: ...
+
+
+_PUBLISH_GATES: list[PublishGate] = []
+
+
+def prompt_publish_gate_register(gate: PublishGate) -> Callable[[], None]:
+    """Add a gate (once); returns its removal."""
+    if gate not in _PUBLISH_GATES:
+        _PUBLISH_GATES.append(gate)
+    return lambda: _PUBLISH_GATES.remove(gate) if gate in _PUBLISH_GATES else None
+
+
+def _publish_gates_ask(name: str, version: int, override_reason: str, overridden_by: str) -> None:
+    for gate in _PUBLISH_GATES:
+        gate(name=name, version=version, override_reason=override_reason, overridden_by=overridden_by)
 
 
 def prompt_cache_invalidate() -> None:
@@ -50,8 +73,12 @@ def prompt_version_create(
     author: User | AnonymousUser | None = None,
     note: str = "",
     labels: Iterable[str] = (),
+    override_reason: str = "",
 ) -> Prompt:
     """Create version max+1 of `name`; it takes the `latest` label and any `labels` given (e.g. production).
+
+    Created straight into production, it passes the publish gates first (a new version was never tested: with a
+    test set, that needs `override_reason`).
 
     Raises PromptValidationError for an unknown name, a variable the name does not allow (named in the
     message and in `.variables`), unbalanced braces, a bad config or a bad label.
@@ -64,6 +91,8 @@ def prompt_version_create(
     with transaction.atomic():
         rows = _locked_versions(name)
         version = (rows[0].version if rows else 0) + 1
+        if PRODUCTION in wanted:
+            _publish_gates_ask(name, version, override_reason, getattr(author, "username", "") or "")
         for label in wanted:
             _take_label(rows, label)
         prompt = Prompt.objects.create(
@@ -79,10 +108,13 @@ def prompt_version_create(
     return prompt
 
 
-def prompt_label_move(*, name: str, label: str, version: int) -> Prompt:
+def prompt_label_move(
+    *, name: str, label: str, version: int, override_reason: str = "", overridden_by: str = "", gated: bool = True
+) -> Prompt:
     """Give `label` to `version` of `name`, taking it from whichever version held it (promote or roll back).
 
-    `latest` follows the newest version by itself and cannot be moved.
+    `latest` follows the newest version by itself and cannot be moved. Production passes the publish gates first
+    (PromptPublishBlocked unless `override_reason`); a roll-back (`gated=False`) returns to a version that served.
     """
     validate_label(label)
     if label == LATEST:
@@ -96,6 +128,8 @@ def prompt_label_move(*, name: str, label: str, version: int) -> Prompt:
             raise PromptNotFoundError(f"prompt {name!r} has no version {version}")
         if label in target.labels:
             return target
+        if label == PRODUCTION and gated:
+            _publish_gates_ask(name, version, override_reason, overridden_by)
         _take_label(rows, label, keep=target)
         target.labels = [*target.labels, label]
         target.save(update_fields=["labels"])
@@ -115,7 +149,7 @@ def prompt_rollback(*, name: str, label: str = PRODUCTION) -> Prompt:
             raise PromptValidationError(
                 f"{name} v{holder.version} is the first version: nothing to roll back to", field="labels"
             )
-        return prompt_label_move(name=name, label=label, version=previous.version)
+        return prompt_label_move(name=name, label=label, version=previous.version, gated=False)
 
 
 def _config_lines(config: Any) -> list[str]:

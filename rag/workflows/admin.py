@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -22,7 +23,7 @@ from rag.workflows import selectors
 from rag.workflows.api import MAX_ID
 from rag.workflows.builder_words import builder_words
 from rag.workflows.graphs import graph_check, node_catalogue
-from rag.workflows.models import PublishCheck, PublishTest, WorkflowDraft
+from rag.workflows.models import PromptCheck, PublishCheck, PublishTest, WorkflowDraft
 
 
 @admin.register(WorkflowDraft)
@@ -135,9 +136,17 @@ def builder_initial(draft_id: int | None) -> dict[str, Any]:
 class PublishTestAdmin(admin.ModelAdmin):
     """The test set every workflow version runs before it is published."""
 
-    list_display = ("question", "active", "origin", "created_at")
+    list_display = ("question", "facts", "sources", "active", "origin", "created_at")
     list_filter = ("active",)
-    search_fields = ("question",)
+    search_fields = ("question", "origin")
+
+    @admin.display(description=_("facts the answer must contain"))
+    def facts(self, obj: PublishTest) -> str:
+        return ", ".join(map(str, obj.must_contain)) or "—"
+
+    @admin.display(description=_("sources the answer must cite"))
+    def sources(self, obj: PublishTest) -> str:
+        return ", ".join(map(str, obj.must_cite)) or "—"
 
 
 @admin.register(PublishCheck)
@@ -150,7 +159,7 @@ class PublishCheckAdmin(admin.ModelAdmin):
         "draft",
         "version",
         "backend",
-        "results",
+        "results_table",
         "passed",
         "failed",
         "regressions",
@@ -164,3 +173,47 @@ class PublishCheckAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description=_("results"))
+    def results_table(self, obj: PublishCheck) -> str:
+        """Per test, the draft's verdict beside production's, with what each answer missed."""
+        return render_to_string("admin/rag_workflows/publish_results.html", {"results": obj.results})
+
+
+@admin.register(PromptCheck)
+class PromptCheckAdmin(admin.ModelAdmin):
+    """Runs of the test set with a prompt version beside the production prompts, and overrides."""
+
+    list_display = (
+        "prompt_name",
+        "prompt_version",
+        "backend",
+        "passed",
+        "failed",
+        "regressions",
+        "overridden_by",
+        "created_at",
+    )
+    list_filter = ("prompt_name", "backend")
+    readonly_fields = (
+        "prompt_name",
+        "prompt_version",
+        "backend",
+        "results_table",
+        "passed",
+        "failed",
+        "regressions",
+        "override_reason",
+        "overridden_by",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("results"))
+    def results_table(self, obj: PromptCheck) -> str:
+        return render_to_string("admin/rag_workflows/publish_results.html", {"results": obj.results})

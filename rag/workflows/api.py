@@ -22,6 +22,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from concurrency.jsonio import JsonInputError, json_decode, json_error
+from prompts.models import Prompt
 from rag.engine import WorkflowError
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.provider import get_runtime
@@ -29,9 +30,16 @@ from rag.questions import question_too_long
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
 from rag.workflows import selectors, services
 from rag.workflows.access import staff_api
-from rag.workflows.checks import PublishBlocked, publish_check_detail, workflow_draft_check
+from rag.workflows.checks import (
+    PublishBlocked,
+    prompt_check_detail,
+    prompt_version_check,
+    publish_check_detail,
+    publish_tests_count,
+    workflow_draft_check,
+)
 from rag.workflows.graphs import GraphShapeError, graph_check, graph_clean, node_catalogue
-from rag.workflows.models import PublishCheck, WorkflowDraft, WorkflowDraftVersion
+from rag.workflows.models import PromptCheck, PublishCheck, WorkflowDraft, WorkflowDraftVersion
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +95,9 @@ def _handled(view: Any) -> Any:
         except services.PublishRefused as exc:
             return json_error(400, "invalid_workflow", str(exc), problems=exc.problems)
         except PublishBlocked as exc:
-            return json_error(409, "tests_failed", str(exc))
+            # what the builder's publish dialog shows: the version's results beside production's, per test
+            check = publish_check_detail(exc.check) if exc.check is not None else None
+            return json_error(409, "tests_failed", str(exc), check=check, tests=publish_tests_count())
 
     wrapped.__name__ = view.__name__
     wrapped.__doc__ = view.__doc__
@@ -356,7 +366,7 @@ async def draft_check(request: HttpRequest, draft_id: int) -> HttpResponse:
     fail beside production's, per question. `GET`: the draft's checks, newest first."""
     if request.method == "GET":
         checks = [publish_check_detail(c) async for c in PublishCheck.objects.filter(draft_id=draft_id)[:20]]
-        return JsonResponse({"checks": checks})
+        return JsonResponse({"checks": checks, "tests": await sync_to_async(publish_tests_count)()})
     if request.method != "POST":
         return json_error(405, "bad_request", "use GET or POST")
     try:
@@ -370,3 +380,33 @@ async def draft_check(request: HttpRequest, draft_id: int) -> HttpResponse:
     except WorkflowDraft.DoesNotExist:
         return json_error(404, "not_found", f"no draft {draft_id}")
     return JsonResponse(publish_check_detail(check))
+
+
+async def _check_backend(request: HttpRequest) -> str:
+    backend = (await sync_to_async(_json_body)(request)).get("backend") or "chat"
+    if backend not in BACKENDS:
+        raise BadRequest(f"'backend' must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    return str(backend)
+
+
+@never_cache
+@staff_api(change=True)
+async def prompt_check(request: HttpRequest, name: str, version: int) -> HttpResponse:
+    """`POST {"backend"}`: run the test set with version `version` of prompt `name` beside the production prompts
+    (what giving it the production label asks first); per question, its pass and fail beside production's.
+    `GET`: that version's checks, newest first."""
+    if request.method == "GET":
+        rows = PromptCheck.objects.filter(prompt_name=name, prompt_version=version)[:20]
+        checks = [prompt_check_detail(c) async for c in rows]
+        return JsonResponse({"checks": checks, "tests": await sync_to_async(publish_tests_count)()})
+    if request.method != "POST":
+        return json_error(405, "bad_request", "use GET or POST")
+    try:
+        backend = await _check_backend(request)
+    except (BadRequest, JsonInputError) as exc:
+        return json_error(400, "bad_request", str(exc))
+    try:
+        check = await prompt_version_check(runtime=get_runtime(), name=name, version=version, backend=backend)
+    except Prompt.DoesNotExist:
+        return json_error(404, "not_found", f"prompt {name!r} has no version {version}")
+    return JsonResponse(prompt_check_detail(check))

@@ -7,3 +7,10 @@ class WorkflowsConfig(AppConfig):
     label = "rag_workflows"
     verbose_name = _("Workflows")
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # a prompt version becomes production only past the test set, as a workflow draft does
+        from prompts.services import prompt_publish_gate_register
+        from rag.workflows.checks import prompt_publish_gate
+
+        prompt_publish_gate_register(prompt_publish_gate)

@@ -9,6 +9,25 @@ from __future__ import annotations
 from django.utils.translation import gettext, gettext_noop
 
 BUILDER_WORDS: tuple[str, ...] = (
+    gettext_noop("Loading the test results…"),
+    gettext_noop("Could not load the test results: {error}"),
+    gettext_noop("There are no publish tests: nothing to run."),
+    gettext_noop("v{version} has not been run against the {count} publish test(s)."),
+    gettext_noop(
+        "v{version}: {passed} passed, {failed} failed; {regressions} regression(s), "
+        "tests production passes and this version fails."
+    ),
+    gettext_noop("pass"),
+    gettext_noop("fail"),
+    gettext_noop("missing: {facts}"),
+    gettext_noop("Question"),
+    gettext_noop("This version"),
+    gettext_noop("Production"),
+    gettext_noop("Publish {name} v{version} on {backend}"),
+    gettext_noop("Publish anyway"),
+    gettext_noop("Publish"),
+    gettext_noop("Running the test set against this version and production…"),
+    gettext_noop("The test set could not run: {error}"),
     gettext_noop("Add a node: drag it from the palette, or focus it there and press Enter."),
     gettext_noop("Add {name}: {description}"),
     gettext_noop("Added {id} (the entry node)."),

@@ -136,3 +136,29 @@ class PublishCheck(models.Model):
 
     def __str__(self) -> str:
         return f"draft {self.draft_id} v{self.version}: {self.passed} passed, {self.regressions} regressions"
+
+
+class PromptCheck(models.Model):
+    """The test set run with one version of a prompt beside the production prompts (the sibling of PublishCheck
+    for prompt versions): a regression blocks giving that version the production label unless staff override it
+    with a reason, recorded here."""
+
+    prompt_name = models.CharField(_("prompt"), max_length=100)
+    prompt_version = models.PositiveIntegerField(_("prompt version"))
+    backend = models.CharField(_("backend"), max_length=16)
+    results = models.JSONField(_("results"), default=list)
+    passed = models.PositiveIntegerField(_("passed"), default=0)
+    failed = models.PositiveIntegerField(_("failed"), default=0)
+    regressions = models.PositiveIntegerField(_("regressions"), default=0)
+    override_reason = models.TextField(_("override reason"), blank=True)
+    overridden_by = models.CharField(_("overridden by"), max_length=150, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("prompt check")
+        verbose_name_plural = _("prompt checks")
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["prompt_name", "prompt_version"], name="rag_wf_promptcheck_version")]
+
+    def __str__(self) -> str:
+        return f"{self.prompt_name} v{self.prompt_version}: {self.passed} passed, {self.regressions} regressions"

@@ -25,4 +25,5 @@ urlpatterns: list[URLPattern] = [
     path(f"{DRAFT}/publish", api.draft_publish, name="draft-publish"),
     path(f"{DRAFT}/check", api.draft_check, name="draft-check"),
     path(f"{DRAFT}/unpublish", api.draft_unpublish, name="draft-unpublish"),
+    path("api/v1/rag/workflows/prompts/<slug:name>/<int:version>/check", api.prompt_check, name="prompt-check"),
 ]

@@ -7,6 +7,7 @@ UPDATE_SCREENSHOTS=1, see `screenshot_dir`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -171,7 +172,12 @@ def test_build_validate_save_test_run_and_publish(page: Any, server: LiveServer,
 
     page.select_option("#gb-backend", "chat")
     page.click("#gb-publish")
+    # the publish dialog: with no publish tests there is nothing to run, and publishing needs no reason
+    expect(page.locator("#gb-publish-summary")).to_have_text("There are no publish tests: nothing to run.")
+    expect(page.locator("#gb-override")).to_be_hidden()
+    page.click("#gb-publish-confirm")
     expect(page.locator("#gb-messages")).to_contain_text("Published small pipeline v2 on chat")
+    expect(page.locator("#gb-publish-dialog")).to_be_hidden()
     expect(page.locator("#gb-draft-state")).to_contain_text("serving chat")
 
     page.locator("#gb-messages").evaluate("el => el.replaceChildren()")
@@ -230,6 +236,7 @@ def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restore
     page.click("#gb-save")
     expect(page.locator("#gb-messages")).to_contain_text("Saved without cache lookup v2 with")
     page.click("#gb-publish")
+    page.click("#gb-publish-confirm")
     expect(page.locator("#gb-messages")).to_contain_text("Not published")
     page.screenshot(path=str(screenshot_dir / "graph_builder_problems.png"), full_page=False)
 
@@ -239,6 +246,69 @@ def test_the_default_is_read_only_a_copy_shows_problems_on_its_nodes_and_restore
     expect(page.locator("#gb-messages")).to_contain_text("Restored v1 as v3")
     expect(node(page, "cache_lookup")).to_be_visible()
     expect(page.locator("#gb-validity")).to_have_text("✓ valid")
+
+
+NO_RETRIEVAL_NODES = ("guard", "language_normalizer", "planner", "response_synth")
+
+
+def no_retrieval_graph() -> dict[str, Any]:
+    """A workflow that answers without searching: it cannot cite what the content says."""
+    edges = [("guard", "language_normalizer", "default"), ("guard", "END", "blocked")]
+    edges += [("language_normalizer", "planner", "default"), ("response_synth", "END", "default")]
+    edges += [("planner", "response_synth", route) for route in ("retrieve", "followup", "direct")]
+    return {
+        "name": "no retrieval",
+        "entry": "guard",
+        "nodes": [{"id": n, "type": n, "params": {}} for n in NO_RETRIEVAL_NODES],
+        "edges": [{"source": a, "target": b, "route": r} for a, b, r in edges],
+    }
+
+
+def test_a_regressing_draft_shows_its_results_and_publishes_only_with_a_reason(
+    page: Any, server: LiveServer, tmp_path: Path, screenshot_dir: Path
+) -> None:
+    test_file = tmp_path / "one-question.json"
+    question = {"gold": ["Forgot password"], "en": ["How do I reset my password?", "en-password-reset"]}
+    test_file.write_text(json.dumps({"questions": [question | {"zh": ["如何重設密碼？", "zh-password-reset"]}]}))
+    staff = server.staff_client()
+    draft_id = None
+    try:
+        assert "2 created" in server.manage("publish_tests", "import", str(test_file))
+        created = staff.post(
+            "/api/v1/rag/workflows/drafts", json={"name": "no retrieval", "graph": no_retrieval_graph()}
+        )
+        assert created.status_code == 201, created.text
+        draft_id = created.json()["id"]
+        page.goto(f"{server.url}/admin/rag_workflows/workflowdraft/builder/{draft_id}/")
+        expect(page.locator("#graph-builder.ready")).to_be_visible()
+
+        page.click("#gb-publish")
+        dialog = page.locator("#gb-publish-dialog")
+        expect(dialog.locator("#gb-publish-summary")).to_have_text("v1 has not been run against the 2 publish test(s).")
+        expect(dialog.locator("#gb-publish-confirm")).to_have_text("Publish anyway")
+        expect(dialog.locator("#gb-publish-confirm")).to_be_disabled()
+
+        dialog.locator("#gb-check-run").click()
+        expect(dialog.locator(".gb-results tbody tr")).to_have_count(2, timeout=30_000)
+        expect(dialog.locator("#gb-publish-summary")).to_contain_text("regression(s)")
+        row = dialog.locator(".gb-results tr.gb-regression", has_text="How do I reset my password?")
+        expect(row.locator("td").nth(1)).to_contain_text("fail")
+        expect(row.locator("td").nth(1)).to_contain_text("missing: Forgot password, source en-password-reset")
+        expect(row.locator("td").nth(2)).to_have_text("pass")
+        expect(dialog.locator("#gb-override")).to_be_visible()
+        page.screenshot(path=str(screenshot_dir / "graph_builder_publish_tests.png"), full_page=False)
+
+        dialog.locator("#gb-override-reason").fill("the FAQ is being rewritten")
+        expect(dialog.locator("#gb-publish-confirm")).to_be_enabled()
+        dialog.locator("#gb-publish-confirm").click()
+        expect(page.locator("#gb-messages")).to_contain_text("Published no retrieval v1 on chat")
+        checks = staff.get(f"/api/v1/rag/workflows/drafts/{draft_id}/check").json()["checks"]
+        assert checks[0]["override_reason"] == "the FAQ is being rewritten" and checks[0]["overridden_by"] == USERNAME
+    finally:
+        # the module's server is shared: leave it without a test set and with its default workflow
+        if draft_id is not None:
+            staff.post(f"/api/v1/rag/workflows/drafts/{draft_id}/unpublish", json={})
+        server.manage("shell", "-c", "from rag.workflows.models import PublishTest; PublishTest.objects.all().delete()")
 
 
 def api_requests(page: Any) -> list[str]:

@@ -180,3 +180,55 @@ def test_the_saved_message_speaks_the_admin_language(admin_client, language, sav
     shown = [str(message) for message in response.context["messages"]]
     assert saved in shown
     assert any(django_words in message for message in shown)  # Django's own message, in the same language
+
+
+def test_with_publish_tests_production_needs_a_run_or_a_recorded_reason(admin_client):
+    from rag.workflows.models import PromptCheck, PublishTest
+
+    PublishTest.objects.create(question="How do I reset my password?", must_cite=["en-password-reset"])
+    admin_client.post(reverse("admin:prompts_prompt_change", args=[_v1().pk]), _change_data(TEMPLATE))
+    v2 = Prompt.objects.get(name=NAME, version=2)
+    label_url = reverse("admin:prompts_prompt_label", args=[v2.pk, "production"])
+
+    refused = admin_client.post(label_url, follow=True)
+    assert refused.redirect_chain[-1][0].endswith("?blocked=production")
+    body = refused.content.decode()
+    assert "v2 has not been run against the publish tests" in body
+    assert 'id="publish-override"' in body and 'name="override_reason"' in body
+    assert _labels() == {1: ["production"], 2: ["latest"]}
+
+    admin_client.post(label_url, {"override_reason": "wording only"})
+    assert _labels() == {1: [], 2: ["latest", "production"]}
+    check = PromptCheck.objects.get(prompt_name=NAME, prompt_version=2)
+    assert (check.override_reason, check.overridden_by) == ("wording only", "admin")
+    # no override form without a refusal to override
+    assert (
+        'id="publish-override"'
+        not in admin_client.get(reverse("admin:prompts_prompt_change", args=[v2.pk])).content.decode()
+    )
+
+
+def test_with_publish_tests_a_new_version_saved_as_production_is_saved_but_not_published(admin_client):
+    from rag.workflows.models import PublishTest
+
+    PublishTest.objects.create(question="How do I reset my password?", must_cite=["en-password-reset"])
+    response = admin_client.post(
+        reverse("admin:prompts_prompt_add"),
+        {"name": NAME, **_change_data(TEMPLATE), "also_label": ["production", "staging"]},
+        follow=True,
+    )
+    assert "Not made production: translator-system v2 has not been run" in response.content.decode()
+    assert _labels() == {1: ["production"], 2: ["staging", "latest"]}
+
+
+def test_with_publish_tests_labelling_an_unchanged_version_production_is_refused_with_a_message(admin_client):
+    from rag.workflows.models import PublishTest
+
+    admin_client.post(reverse("admin:prompts_prompt_change", args=[_v1().pk]), _change_data(TEMPLATE))
+    PublishTest.objects.create(question="How do I reset my password?", must_cite=["en-password-reset"])
+    v2 = Prompt.objects.get(name=NAME, version=2)
+    data = {"template": v2.template, "config": '{"temperature": 0.0}', "note": "", "also_label": ["production"]}
+    response = admin_client.post(reverse("admin:prompts_prompt_change", args=[v2.pk]), data, follow=True)
+    assert response.status_code == 200
+    assert "Not made production: translator-system v2 has not been run" in response.content.decode()
+    assert _labels() == {1: ["production"], 2: ["latest"]}

@@ -53,6 +53,8 @@ async def test_a_draft_that_breaks_a_test_question_needs_an_override_with_a_reas
 
     unchecked = await staff_async_client.post(publish, {"backend": "chat"}, content_type="application/json")
     assert unchecked.status_code == 409 and unchecked.json()["error"]["code"] == "tests_failed"
+    # what the builder's publish dialog shows: no run of this version yet, one test to run
+    assert (unchecked.json()["error"]["check"], unchecked.json()["error"]["tests"]) == (None, 1)
 
     checked = await staff_async_client.post(
         f"/api/v1/rag/workflows/drafts/{draft.pk}/check", {"backend": "chat"}, content_type="application/json"
@@ -64,6 +66,18 @@ async def test_a_draft_that_breaks_a_test_question_needs_an_override_with_a_reas
 
     refused = await staff_async_client.post(publish, {"backend": "chat"}, content_type="application/json")
     assert refused.status_code == 409 and "1 test(s) production passes" in refused.json()["error"]["message"]
+    # the refusal carries the version's results beside production's, per test, for the publish dialog
+    shown = refused.json()["error"]["check"]
+    assert (shown["version"], shown["regressions"], shown["passed"]) == (draft.version, 1, 0)
+    [row] = shown["results"]
+    assert (row["question"], row["draft_passed"], row["production_passed"]) == (
+        "How do I reset my password?",
+        False,
+        True,
+    )
+    assert row["draft_missing"] == ["source en-password-reset"] and row["production_missing"] == []
+    listed = await staff_async_client.get(f"/api/v1/rag/workflows/drafts/{draft.pk}/check")
+    assert listed.json()["tests"] == 1 and listed.json()["checks"][0]["id"] == shown["id"]
 
     overridden = await staff_async_client.post(
         publish, {"backend": "chat", "override_reason": "the FAQ is being rewritten"}, content_type="application/json"

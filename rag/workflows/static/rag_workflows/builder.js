@@ -110,6 +110,7 @@
       const error = new Error((data && data.error && data.error.message) || ("HTTP " + response.status));
       error.status = response.status;
       error.problems = (data && data.error && data.error.problems) || null;
+      error.data = (data && data.error) || {};
       throw error;
     }
     return data;
@@ -1174,15 +1175,106 @@
     if (readOnly()) return blocked();
     if (state.dirty && !window.confirm(t("Publishing serves the last saved version. Save your changes first?"))) return;
     if (state.dirty) { await save(); if (state.dirty) return; }
-    const backend = $("gb-backend").value;
+    await openPublishDialog();
+  }
+
+  // ------------------------------------------------------------------------------------------------ publish dialog
+  // Before publishing, the version's run of the test set beside production's, per test; a regression (a test
+  // production passes and this version fails) or a version never run blocks publishing unless a reason is given.
+
+  async function openPublishDialog() {
+    const dialog = $("gb-publish-dialog");
+    $("gb-override-reason").value = "";
+    renderPublishDialog(null, null, t("Loading the test results…"));
+    if (!dialog.open) dialog.showModal();
     try {
-      const published = await api("POST", draftUrl("/publish"), {backend: backend});
+      const data = await api("GET", draftUrl("/check"));
+      renderPublishDialog(data.checks.find((c) => c.version === state.draft.version) || null, data.tests);
+    } catch (error) {
+      renderPublishDialog(null, null, t("Could not load the test results: {error}", {error: error.message}));
+    }
+  }
+
+  function publishBlocked(check, tests) {
+    return tests > 0 && (!check || check.regressions > 0);
+  }
+
+  function checkSummary(check, tests) {
+    const version = state.draft.version;
+    if (tests === 0) return t("There are no publish tests: nothing to run.");
+    if (!check) return t("v{version} has not been run against the {count} publish test(s).", {version, count: tests});
+    return t("v{version}: {passed} passed, {failed} failed; {regressions} regression(s), tests production passes " +
+      "and this version fails.", {version, passed: check.passed, failed: check.failed, regressions: check.regressions});
+  }
+
+  function verdictCell(passed, missing) {
+    return el("td", {class: passed ? "gb-pass" : "gb-fail"}, [
+      el("strong", {text: passed ? t("pass") : t("fail")}),
+      missing && missing.length ? el("div", {class: "gb-quiet", text: t("missing: {facts}", {facts: missing.join(", ")})}) : null,
+    ]);
+  }
+
+  function resultsTable(check) {
+    if (!check || !check.results.length) return null;
+    const head = el("tr", {}, [t("Question"), t("This version"), t("Production")].map((text) => el("th", {scope: "col", text})));
+    const rows = check.results.map((r) => el("tr", {class: r.production_passed && !r.draft_passed ? "gb-regression" : null}, [
+      el("td", {text: r.question}),
+      verdictCell(r.draft_passed, r.draft_missing),
+      verdictCell(r.production_passed, r.production_missing),
+    ]));
+    return el("table", {class: "gb-results"}, [el("thead", {}, head), el("tbody", {}, rows)]);
+  }
+
+  function renderPublishDialog(check, tests, note) {
+    const backend = $("gb-backend").value;
+    const blocked = tests !== null && publishBlocked(check, tests);
+    $("gb-publish-title").textContent = t("Publish {name} v{version} on {backend}",
+      {name: state.draft.name, version: state.draft.version, backend});
+    $("gb-publish-summary").textContent = note || checkSummary(check, tests);
+    $("gb-publish-summary").className = blocked ? "errornote" : "";
+    $("gb-publish-results").replaceChildren(...[resultsTable(check)].filter(Boolean));
+    $("gb-override").hidden = !blocked;
+    $("gb-check-run").hidden = !tests;
+    const confirm = $("gb-publish-confirm");
+    confirm.textContent = blocked ? t("Publish anyway") : t("Publish");
+    confirm.dataset.blocked = blocked ? "1" : "";
+    // the server decides in the end: with the results unknown, publishing is still tried (and refused if it must)
+    confirm.disabled = blocked && !$("gb-override-reason").value.trim();
+  }
+
+  async function runPublishCheck() {
+    const backend = $("gb-backend").value;
+    $("gb-check-run").disabled = $("gb-publish-confirm").disabled = true;
+    $("gb-publish-summary").textContent = t("Running the test set against this version and production…");
+    try {
+      const check = await api("POST", draftUrl("/check"), {backend});
+      const data = await api("GET", draftUrl("/check"));
+      renderPublishDialog(check, data.tests);
+    } catch (error) {
+      renderPublishDialog(null, null, t("The test set could not run: {error}", {error: error.message}));
+    } finally {
+      $("gb-check-run").disabled = false;
+    }
+  }
+
+  async function confirmPublish() {
+    const backend = $("gb-backend").value;
+    const body = {backend};
+    if ($("gb-publish-confirm").dataset.blocked) body.override_reason = $("gb-override-reason").value.trim();
+    try {
+      const published = await api("POST", draftUrl("/publish"), body);
+      $("gb-publish-dialog").close();
       state.draft = published;
       await loadDrafts(published.id);
       renderAll();
       say(t("Published {name} v{version} on {backend}: every worker switches within a second.",
         {name: published.name, version: published.published_version, backend}));
     } catch (error) {
+      if (error.data && error.data.code === "tests_failed") {
+        renderPublishDialog(error.data.check || null, error.data.tests);
+        return;
+      }
+      $("gb-publish-dialog").close();
       if (error.problems) { state.problems = error.problems; state.valid = false; renderAll(); selectTab("problems"); }
       say(t("Not published: {error}", {error: error.message}), "error");
     }
@@ -1447,6 +1539,13 @@
   $("gb-save").addEventListener("click", save);
   $("gb-publish").addEventListener("click", publish);
   $("gb-unpublish").addEventListener("click", unpublish);
+  $("gb-check-run").addEventListener("click", runPublishCheck);
+  $("gb-publish-confirm").addEventListener("click", confirmPublish);
+  $("gb-publish-cancel").addEventListener("click", () => $("gb-publish-dialog").close());
+  $("gb-override-reason").addEventListener("input", () => {
+    const confirm = $("gb-publish-confirm");
+    if (confirm.dataset.blocked) confirm.disabled = !$("gb-override-reason").value.trim();
+  });
   $("gb-zoom-in").addEventListener("click", () => zoom(1.2));
   $("gb-zoom-out").addEventListener("click", () => zoom(1 / 1.2));
   $("gb-fit").addEventListener("click", fit);
