@@ -47,3 +47,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     _test_db_dir = tempfile.mkdtemp(prefix="helpcentre-test-db-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     DATABASES["default"]["TEST"] = {"NAME": os.path.join(_test_db_dir, "test-db.sqlite3")}  # noqa: F405
     atexit.register(shutil.rmtree, _test_db_dir, True)
+
+# On PostgreSQL the test run's commits do not wait for the disk (nothing of a test run must survive a crash of the
+# server): the suite's transactional tests and fixtures commit thousands of times.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"  # noqa: F405
