@@ -108,12 +108,10 @@ def set_client_cookie(response: Any, client_hex: str, *, secure: bool = False) -
 
 
 def client_ip_address(request: HttpRequest) -> str | None:
-    """The client's address: behind the TLS proxy (DJANGO_BEHIND_TLS_PROXY) the last X-Forwarded-For entry,
-    which nginx appends and a client cannot forge; else the peer address."""
-    if settings.SECURE_PROXY_SSL_HEADER:
-        forwarded = [part.strip() for part in request.headers.get("X-Forwarded-For", "").split(",") if part.strip()]
-        if forwarded:
-            return forwarded[-1]
+    """The client's address for the admin's lockout (django-axes): `REMOTE_ADDR`, which `ClientOriginMiddleware`
+    has already set to the client behind `RAG_TRUSTED_PROXY_HOPS` proxies, the same address every rate limit
+    counts. `X-Forwarded-For` is not read again here: its last entry is only the nearest proxy's peer, so behind
+    two proxies every visitor would share one lockout."""
     return request.META.get("REMOTE_ADDR")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import uuid
 from http.cookies import SimpleCookie
 
@@ -103,9 +104,36 @@ def test_anything_else_is_refused_naming_what_was_sent(headers: list) -> None:
         security.require_json_content_type(headers)
 
 
-def test_the_client_address_is_the_one_the_proxy_appended_only_behind_the_proxy(settings) -> None:
+def test_the_lockouts_address_is_the_one_the_middleware_resolved_never_the_header_again(settings) -> None:
     request = RequestFactory().get("/", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="6.6.6.6, 203.0.113.9")
-    settings.SECURE_PROXY_SSL_HEADER = None
-    assert security.client_ip_address(request) == "127.0.0.1"  # a client's own X-Forwarded-For is not believed
+    for proxy_header in (None, ("HTTP_X_FORWARDED_PROTO", "https")):
+        settings.SECURE_PROXY_SSL_HEADER = proxy_header
+        assert security.client_ip_address(request) == "127.0.0.1"  # REMOTE_ADDR: the middleware's answer
+
+
+async def test_behind_two_proxies_the_lockout_and_the_rate_limits_see_the_same_client(settings) -> None:
+    """Through ClientOriginMiddleware with RAG_TRUSTED_PROXY_HOPS=2, as the ASGI app is served behind the TLS
+    proxy: the address the admin's lockout reads is the visitor's, not the outer proxy's."""
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    assert security.client_ip_address(request) == "203.0.113.9"
+    from django.core.handlers.asgi import ASGIRequest
+
+    from chatbot.clientaddr import ClientOriginMiddleware, client_origin_var
+
+    seen: dict[str, object] = {}
+
+    async def app(scope: dict, receive: object, send: object) -> None:
+        request = ASGIRequest(scope, io.BytesIO())
+        origin = client_origin_var.get()
+        seen.update(lockout=security.client_ip_address(request), limits=origin.address if origin else None)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/admin/login/",
+        "query_string": b"",
+        "client": ("10.0.0.2", 5000),  # the nearer proxy
+        # the visitor's own claim, the visitor as the outer proxy saw it, the outer proxy as the inner one saw it
+        "headers": [(b"x-forwarded-for", b"6.6.6.6, 203.0.113.9, 10.0.0.1")],
+    }
+    await ClientOriginMiddleware(app, trusted_hops=2)(scope, None, None)
+    assert seen == {"lockout": "203.0.113.9", "limits": "203.0.113.9"}
