@@ -139,7 +139,7 @@ async def test_hang_before_first_token_times_out_without_retry(
     with pytest.raises(UpstreamTimeout) as info:
         await stream_all(make_backend(first_token_timeout=1.0), "responses")
     elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 2.0
+    assert elapsed >= 1.0  # the deadline was waited for; that it was not retried, the attempts say
     assert info.value.code == "timeout"
     assert attempts.outcomes == ["first_token_timeout"]
     assert await upstream_attempts(sim, "responses") == 1
@@ -199,7 +199,7 @@ async def test_the_whole_call_deadline_ends_a_call_that_keeps_within_its_other_t
         else:
             await backend.complete(backend="chat", node="n", messages=USER)
     elapsed = time.monotonic() - started
-    assert 1.5 <= elapsed < 2.5
+    assert 1.5 <= elapsed < 10.0  # the 1.5 s deadline ended it, not the 10 s budgets
     assert info.value.code == "timeout"
     assert attempts.outcomes == ["deadline"] and await upstream_attempts(sim) == 1
     assert (await wait_idle(sim))["aborted"] == 1  # the abandoned request was closed upstream

@@ -32,7 +32,7 @@ async def test_429_with_retry_after_waits_then_the_answer_completes(
 
     summary = check_stream(events)
     assert summary["channel"] == "meta_summary"
-    assert 2.0 <= elapsed < 4.0
+    assert elapsed >= 2.0  # Retry-After was honoured; waited once, the attempts say
     [plan] = [e for e in events if e["stage"] == "plan"]
     assert plan["plan_source"] == "llm"  # the planner's call was the one that waited, and then succeeded
     assert attempts.outcomes == ["status", "ok", "ok"]  # plan, answer: the summary is the chat's, afterwards
@@ -69,7 +69,7 @@ async def test_a_hang_before_the_first_token_ends_with_a_timeout(
     terminal = check_stream(events)
     assert (terminal["channel"], terminal["code"]) == ("error", "timeout")
     assert "sent nothing for 1 s" in terminal["message"]
-    assert 1.0 <= elapsed < 2.0
+    assert elapsed >= 1.0  # the deadline was waited for; not retried, the attempts say
     assert attempts.outcomes == ["ok", "first_token_timeout"]  # not retried
     assert await upstream_attempts(sim) == 2
 
