@@ -40,7 +40,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 # Seconds between answer deltas on the test server: an answer takes a few seconds, long enough to act mid-way.
-ANSWER_DELAY = "0.06"
+ANSWER_DELAY = "0.03"
+SLOW_COOKIE = "hc_test_answer_delay"  # tests.browser.slow_asgi.COOKIE (not imported: it patches the app)
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
 
 # A document whose text is HTML and script: the page must show it as text and run none of it. (A `javascript:`
@@ -118,7 +119,6 @@ def chat_server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "chatbot.settings",
         "RAG_RATE_LIMIT_PER_MINUTE": "0",
         "REDIS_URL": "",  # one worker: streams are kept in its memory
-        "HC_TEST_ANSWER_DELAY": ANSWER_DELAY,
         "RAG_JOB_RUNNER": "true",  # the admin's uploads and deletes are index jobs this server runs
     }
     # The demo's words (its suggested questions on the page) with the demo documents already copied above.
@@ -256,6 +256,18 @@ WIRE_TAP = """
   };
 })();
 """
+
+
+def slow_answers_for(page: Any, server: str) -> None:
+    """Answers to this page's browser context stream `ANSWER_DELAY` seconds a delta (`tests.browser.slow_asgi`):
+    for a test that acts while an answer is still streaming. Other tests get answers at full speed."""
+    page.context.add_cookies([{"name": SLOW_COOKIE, "value": ANSWER_DELAY, "url": server}])
+
+
+@pytest.fixture
+def slow_answers(page: Any, chat_server: str) -> Any:
+    slow_answers_for(page, chat_server)
+    return page
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ def seqs_of(page: Any) -> list[int]:
     return [seq for _request_id, seq in pairs]
 
 
-def test_ask_over_websocket_streams_markdown_stages_and_sources(page: Any) -> None:
+def test_ask_over_websocket_streams_markdown_stages_and_sources(page: Any, slow_answers: Any) -> None:
     answer = ask(page, QUESTION)
     # Streaming: the stage timeline (folded: one line naming the current stage) and the answer fill in.
     answer.locator(".stage").first.wait_for(state="attached")
@@ -91,7 +91,7 @@ def test_ask_over_sse_with_a_form_download(page: Any) -> None:
 
 
 @pytest.mark.parametrize("transport", ["ws", "sse"])
-def test_stop_cancels_the_answer_mid_way(page: Any, transport: str) -> None:
+def test_stop_cancels_the_answer_mid_way(page: Any, slow_answers: Any, transport: str) -> None:
     answer = ask(page, QUESTION, transport=transport)
     answer.locator(".answer p").first.wait_for()
     page.click("#stop")
@@ -104,7 +104,7 @@ def test_stop_cancels_the_answer_mid_way(page: Any, transport: str) -> None:
 
 
 @pytest.mark.parametrize("transport", ["ws", "sse"])
-def test_a_cut_connection_resumes_and_the_answer_completes(page: Any, transport: str) -> None:
+def test_a_cut_connection_resumes_and_the_answer_completes(page: Any, slow_answers: Any, transport: str) -> None:
     answer = ask(page, QUESTION, transport=transport)
     answer.locator(".answer p").first.wait_for()
     page.evaluate("window.__cutStreams()")
@@ -134,7 +134,9 @@ def resumed_events(chat_server: str, request_id: str, cookies: dict[str, str]) -
 
 
 @pytest.mark.parametrize(("transport", "leave"), [("ws", "close"), ("sse", "close"), ("ws", "navigate")])
-def test_leaving_the_page_cancels_the_answer(page: Any, chat_server: str, transport: str, leave: str) -> None:
+def test_leaving_the_page_cancels_the_answer(
+    page: Any, slow_answers: Any, chat_server: str, transport: str, leave: str
+) -> None:
     # The page asks with on_disconnect "continue" (so a dropped connection can resume); a person who closes the
     # tab or goes elsewhere will never come back for the answer, so it must stop and free its LLM slot.
     answer = ask(page, QUESTION, transport=transport)
@@ -165,7 +167,7 @@ NOTICE_WATCH = """(notice) => {
 }"""
 
 
-def test_offline_and_back_resumes_over_websocket(page: Any) -> None:
+def test_offline_and_back_resumes_over_websocket(page: Any, slow_answers: Any) -> None:
     answer = ask(page, QUESTION)
     answer.locator(".answer p").first.wait_for()
     # The "reconnecting" notice may show only briefly (offline emulation does not always stop a loopback socket
