@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rag.retrieval.term_counts import TOKEN_ID_MASK, TermBags, WordIds, term_bags
+from rag.text.glossary import Glossary, builtin_glossary
 from rag.text.question_words import without_question_words
 from rag.text.tokenize import token_bag
 
@@ -75,6 +76,17 @@ def _bags_of(counts: Sequence[Counter[int]]) -> TermBags:
 
 
 @dataclass(frozen=True, slots=True)
+class QueryExpansion:
+    """The other-language terms of a question's glossary terms, added to its sparse query at `weight` (the
+    question's own tokens weigh 1): an English question then also matches a zh-hant-only page, and the reverse.
+    `cjk_unigrams`: whether a Chinese term adds its single characters besides its bigrams."""
+
+    glossary: Glossary
+    weight: float = 0.5
+    cjk_unigrams: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class BM25Params:
     k1: float = 1.2
     b: float = 0.75
@@ -84,10 +96,16 @@ class BM25Encoder:
     """Turns texts into BM25 sparse vectors; `avgdl` comes from the corpus being indexed."""
 
     def __init__(
-        self, params: BM25Params | None = None, *, tokens: Callable[[str], list[str]] = _default_tokens
+        self,
+        params: BM25Params | None = None,
+        *,
+        tokens: Callable[[str], list[str]] = _default_tokens,
+        expansion: QueryExpansion | None = None,
     ) -> None:
         self.params = params or BM25Params()
         self._tokens = tokens
+        # queries only: documents are indexed as written
+        self.expansion = expansion
 
     def term_bags(
         self, texts: Sequence[str], *, normalized: Sequence[str] | None = None, batch: int = 2000
@@ -152,4 +170,32 @@ class BM25Encoder:
         recall@1 on DRCD dev: "哪一年" no longer matches every paragraph with 一年 in it); the whole question
         when nothing else is left."""
         counts = self.term_counts(without_question_words(text)) or self.term_counts(text)
-        return _sorted(dict.fromkeys(counts, 1.0))
+        weights = dict.fromkeys(counts, 1.0)
+        if self.expansion is not None:
+            for token, weight in self._expansion_weights(text, self.expansion).items():
+                weights.setdefault(token, weight)
+        return _sorted(weights)
+
+    def _expansion_weights(self, text: str, expansion: QueryExpansion) -> dict[int, float]:
+        """The token ids of the glossary's translations of the question's terms, each translation weighing
+        `expansion.weight` in all (split among its tokens: 電子郵件's three bigrams count as one word). A Chinese
+        translation gives its bigrams, and its characters only with `cjk_unigrams` or when it is one long.
+        (Sharing a term's weight among its translations as well kept more of the same-language recall@1 but
+        lost most of the cross-language recall: docs/benchmarks/cross_language.md.)"""
+        weights: dict[int, float] = {}
+        for term in expansion.glossary.translations(text):
+            found = self._tokens(term)
+            if not expansion.cjk_unigrams:
+                found = [t for t in found if len(t) > 1 or t.isascii()] or found
+            ids = _word_ids.counts(found)
+            for token in ids:
+                weights[token] = max(weights.get(token, 0.0), expansion.weight / len(ids))
+        return weights
+
+
+def query_encoder(expansion_weight: float) -> BM25Encoder:
+    """The retriever's query encoder: with the built-in bilingual glossary's expansion at `expansion_weight`
+    (RAG_CROSS_LANGUAGE_WEIGHT; docs/benchmarks/cross_language.md), or without any when it is 0."""
+    if expansion_weight <= 0:
+        return BM25Encoder()
+    return BM25Encoder(expansion=QueryExpansion(builtin_glossary(), weight=expansion_weight))

@@ -17,6 +17,7 @@ from rag.rules.passages import Block, Sentence, announces_list, answer_sentences
 from rag.rules.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
 from rag.rules.terms import query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
+from rag.text.glossary import builtin_glossary
 from rag.text.question_words import question_kind
 from rag.text.sentences import ends_with_abbreviation
 from rag.text.tables import Table, is_table_line, read_table
@@ -154,7 +155,8 @@ def extractive_answer(
     # a passage found only in the other language is quoted as written (its own punctuation and citation style),
     # after a line that says so
     composed = _extracted(
-        question,
+        # the passage's words are not the question's: its glossary terms in the passage's language find them
+        with_translations(question) if foreign else question,
         chunks,
         articles,
         language=articles[0].language if foreign else language,
@@ -168,6 +170,12 @@ def extractive_answer(
     notice = messages.text("other_language", language)
     text = f"{notice}\n\n{answer_body(composed.text)}\n\n{sources_block(composed.sources, language)}"
     return dataclasses.replace(composed, text=text)
+
+
+def with_translations(question: str) -> str:
+    """The question followed by the other-language translations of its help-centre terms (rag.text.glossary)."""
+    translations = builtin_glossary().translations(question)
+    return f"{question} {' '.join(translations)}" if translations else question
 
 
 def _all_in_other_language(chunks: list[RetrievedChunk], language: str) -> bool:
