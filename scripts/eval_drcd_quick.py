@@ -33,7 +33,7 @@ from rag.retrieval.indexer import build_index  # noqa: E402
 from rag.retrieval.loaders import SquadQuestion, read_squad  # noqa: E402
 from rag.retrieval.markdown import Document, LoadError  # noqa: E402
 from rag.retrieval.retriever import StoreRetriever  # noqa: E402
-from rag.retrieval.sparse import BM25Encoder, BM25Params, QueryExpansion  # noqa: E402
+from rag.retrieval.sparse import SOURCE_MASS, BM25Encoder, BM25Params, QueryExpansion  # noqa: E402
 from rag.retrieval.store import SEARCH_MODES, SearchSettings, VectorStore  # noqa: E402
 from rag.text.glossary import builtin_glossary  # noqa: E402
 from rag.text.tokenize import tokenize  # noqa: E402
@@ -145,7 +145,10 @@ def main() -> int:
         chunking = ChunkingConfig(target_units=args.target_units, max_units=args.max_units)
         variant = TOKENS[args.tokens]
         params = BM25Params(k1=args.k1, b=args.b)
-        expansion = QueryExpansion(builtin_glossary(), weight=args.expansion) if args.expansion > 0 else None
+        glossary = builtin_glossary()
+        expansion = (
+            QueryExpansion(glossary, weight=args.expansion, source_mass=SOURCE_MASS) if args.expansion > 0 else None
+        )
         encoder = (
             BM25Encoder(params, expansion=expansion)
             if variant is None

@@ -79,30 +79,32 @@ class Glossary:
     def translations(self, text: str) -> list[str]:
         """The other-language terms of every glossary term in `text` (English and Chinese alike), each once, in
         the order found."""
-        return list(dict.fromkeys(term for group in self.translation_groups(text) for term in group))
+        return list(dict.fromkeys(term for _, group in self.matches(text) for term in group))
 
-    def translation_groups(self, text: str) -> list[list[str]]:
-        """For each glossary term found in `text` (English and Chinese alike), in the order found, its
-        translations: the alternatives one term may be written as in the other language."""
+    def matches(self, text: str) -> list[tuple[str, list[str]]]:
+        """Each glossary term found in `text` (English and Chinese alike), in the order found, as written there
+        (English: its stemmed words), with its translations: the alternatives the other language may use."""
         return self._english_translations(_words(text)) + self._chinese_translations(normalize(text))
 
-    def _english_translations(self, words: list[str]) -> list[list[str]]:
-        found: list[list[str]] = []
+    def _english_translations(self, words: list[str]) -> list[tuple[str, list[str]]]:
+        found: list[tuple[str, list[str]]] = []
         for start in range(len(words)):
             for length in range(min(self._longest_english, len(words) - start), 0, -1):
-                terms = self._english.get(tuple(words[start : start + length]))
+                key = tuple(words[start : start + length])
+                terms = self._english.get(key)
                 if terms is not None:
-                    found.append(terms)
+                    found.append((" ".join(key), terms))
                     break
         return found
 
-    def _chinese_translations(self, text: str) -> list[list[str]]:
-        found: list[list[str]] = []
+    def _chinese_translations(self, text: str) -> list[tuple[str, list[str]]]:
+        found: list[tuple[str, list[str]]] = []
         for start in range(len(text)):
             for length in range(min(self._longest_chinese, len(text) - start), 1, -1):
-                terms = self._chinese.get(text[start : start + length])
+                source = text[start : start + length]
+                terms = self._chinese.get(source)
                 if terms is not None:
-                    found.append(terms)
+                    found.append((source, terms))
         return found
 
 

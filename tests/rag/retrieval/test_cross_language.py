@@ -118,3 +118,14 @@ async def test_the_offline_answer_quotes_the_other_language_after_a_notice(store
     assert run.state.answer.startswith(notice)
     assert "保存一年" in run.state.answer
     assert [source.doc_id for source in run.state.sources][:1] == ["zh-recordings"]
+
+
+async def test_a_question_the_askers_language_answers_gets_no_notice(store: VectorStore) -> None:
+    deps = PipelineDeps(retriever=retriever(store, query_encoder(1.0)), config=PipelineConfig())
+    runtime = PipelineRuntime(registry=build_registry(), deps_factory=lambda: deps, default_workflow=default_workflow())
+    run = await runtime.start(AskRequest(question="How many books can I borrow from the library?"))
+    async for _ in run.events():
+        pass
+    assert not run.state.answer.startswith(messages.text("other_language", "en"))
+    assert "10 books" in run.state.answer
+    assert [source.doc_id for source in run.state.sources][:1] == ["en-library"]
