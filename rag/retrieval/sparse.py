@@ -1,8 +1,10 @@
 """BM25 as sparse vectors, so Qdrant does the lexical search next to the dense one.
 
 Document side: each token's weight is BM25's saturated term frequency ``tf*(k1+1)/(tf+k1*(1-b+b*dl/avgdl))``;
-query side: weight 1 per distinct token. The IDF factor is left to Qdrant (`Modifier.IDF`, which local mode
-implements too, with BM25's ``ln((N-df+0.5)/(df+0.5)+1)``), so it always matches the collection's live contents.
+query side: weight 1 per distinct token, plus, with a `QueryExpansion`, the other-language translations of its
+glossary terms, each weighing about one word (questions across languages, docs/benchmarks/cross_language.md).
+The IDF factor is left to Qdrant (`Modifier.IDF`, which local mode implements too, with BM25's
+``ln((N-df+0.5)/(df+0.5)+1)``), so it always matches the collection's live contents.
 `avgdl` is a corpus statistic of the build and is stored in the collection's metadata by the indexer.
 
 Token ids are crc32 of the token masked to 31 bits: stable across processes and small enough for any
