@@ -15,7 +15,10 @@ other-language notice ("notice") and holds the gold string ("containment", compa
 
 Variants: "baseline" (no expansion); "glossary-W" the built-in glossary's translations at weight W, Chinese
 terms as bigrams; "glossary-W-uni" with their single characters too; "glossary-W-massM" each translation weighing
-W * max(1, M * the tokens of the term it translates) (M 1 when left out). Prints a markdown table (or JSON lines).
+W * max(1, M * the tokens of the term it translates) (M 1 when left out); "-ownS" added: the question's own words
+searched as well, and their best passage in the asker's language, when it holds S of the question's terms, put
+ahead of the passages the translations lifted above it (the product's setting: glossary-1.0-mass0.5-own0.5).
+Prints a markdown table (or JSON lines).
 """
 
 from __future__ import annotations
@@ -78,13 +81,22 @@ def encoder_for(variant: str) -> BM25Encoder:
     """The query encoder a variant names (see the module docstring)."""
     if variant == "baseline":
         return BM25Encoder()
-    name, _, rest = variant.partition("-")
-    weight, _, option = rest.partition("-")
-    if name != "glossary" or not (option in ("", "uni") or option.startswith("mass")):
+    name, weight, *options = variant.split("-")
+    known = ("uni", "mass", "own")
+    if name != "glossary" or not all(option.startswith(known) for option in options):
         raise ValueError(f"unknown variant {variant!r}")
-    mass = float(option.removeprefix("mass") or 1) if option.startswith("mass") else 0.0
-    expansion = QueryExpansion(builtin_glossary(), weight=float(weight), cjk_unigrams=option == "uni", source_mass=mass)
+    mass = _option(options, "mass", 0.0)
+    own = _option(options, "own", 0.0)
+    expansion = QueryExpansion(
+        builtin_glossary(), weight=float(weight), cjk_unigrams="uni" in options, source_mass=mass, own_coverage=own
+    )
     return BM25Encoder(expansion=expansion)
+
+
+def _option(options: list[str], prefix: str, absent: float) -> float:
+    """The number after `prefix` in the variant's options (1 when it has none), `absent` without the option."""
+    found = [option.removeprefix(prefix) for option in options if option.startswith(prefix)]
+    return float(found[0] or 1) if found else absent
 
 
 async def ask(runtime: PipelineRuntime, retriever: StoreRetriever, item: Question, *, same: bool) -> dict[str, Any]:

@@ -89,6 +89,10 @@ class QueryExpansion:
     # > 0: each translation weighs `weight` * max(1, source_mass * the tokens of the term it translates), so the
     # translation of 密碼 (密, 碼, 密碼: 3 tokens of the question) weighs what the term weighs in the question
     source_mass: float = 0.0
+    # > 0: the retriever also searches with the question's own words, and their best passage in the asker's
+    # language, when it holds this share of the question's terms, ranks ahead of the passages the translations
+    # lifted above it (rag.retrieval.retriever): its other-language twin no longer outranks it
+    own_coverage: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,13 +174,14 @@ class BM25Encoder:
         used = self.average_length(counts) if avgdl is None else avgdl
         return [self.document_vector(c, used) for c in counts], used
 
-    def encode_query(self, text: str) -> SparseVector:
+    def encode_query(self, text: str, *, expand: bool = True) -> SparseVector:
         """Weight 1 per distinct token of the question without its Chinese question words (+0.6 point of
         recall@1 on DRCD dev: "哪一年" no longer matches every paragraph with 一年 in it); the whole question
-        when nothing else is left."""
+        when nothing else is left. With the encoder's `expansion` (unless `expand` is false), the translations
+        of its glossary terms too."""
         counts = self.term_counts(without_question_words(text)) or self.term_counts(text)
         weights = dict.fromkeys(counts, 1.0)
-        if self.expansion is not None:
+        if self.expansion is not None and expand:
             for token, weight in self._expansion_weights(text, self.expansion).items():
                 weights.setdefault(token, weight)
         return _sorted(weights)
@@ -203,6 +208,9 @@ class BM25Encoder:
 # measured on the build half of the cross-language set: 0.5 lifts zh -> en without costing same-language recall,
 # 0.7 and 1 lift it more but lose same-language recall@5 (docs/benchmarks/cross_language.md)
 SOURCE_MASS = 0.5
+# the offline answer rule's test (rag.rules.answers.OWN_LANGUAGE_MIN_OVERLAP): a passage in the asker's language
+# answers in the question's own words when it holds half of its terms
+OWN_COVERAGE = 0.5
 
 
 def query_encoder(expansion_weight: float) -> BM25Encoder:
@@ -210,5 +218,7 @@ def query_encoder(expansion_weight: float) -> BM25Encoder:
     (RAG_CROSS_LANGUAGE_WEIGHT; docs/benchmarks/cross_language.md), or without any when it is 0."""
     if expansion_weight <= 0:
         return BM25Encoder()
-    expansion = QueryExpansion(builtin_glossary(), weight=expansion_weight, source_mass=SOURCE_MASS)
+    expansion = QueryExpansion(
+        builtin_glossary(), weight=expansion_weight, source_mass=SOURCE_MASS, own_coverage=OWN_COVERAGE
+    )
     return BM25Encoder(expansion=expansion)

@@ -15,7 +15,7 @@ from rag.rules import messages
 from rag.rules.asked import TitlesAsking, titles_asking
 from rag.rules.passages import Block, Sentence, announces_list, answer_sentences
 from rag.rules.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
-from rag.rules.terms import overlap, query_characters, query_terms, split_sentences, text_terms
+from rag.rules.terms import best_coverage, overlap, query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
 from rag.text.glossary import builtin_glossary
 from rag.text.question_words import question_kind
@@ -124,14 +124,18 @@ def _other_language_answers(question: str, own: list[RetrievedChunk], other: lis
     translated = query_terms(" ".join(builtin_glossary().translations(question)))
     if not translated:
         return False
-    # a Chinese question's bigrams miss a paraphrase its characters still find (as the retrieval checker reads it)
-    wanted = [terms for terms in (query_terms(question), query_characters(question)) if terms]
-    own_best = max(overlap(terms, _chunk_terms(chunk)) for chunk in own for terms in wanted)
+    # the test the retriever also uses before its own-words lead may rank first (rag.retrieval.retriever)
+    own_best = best_coverage(question, (_passage(chunk) for chunk in own))
     return own_best < OWN_LANGUAGE_MIN_OVERLAP and max(overlap(translated, _chunk_terms(c)) for c in other) > own_best
 
 
 def _chunk_terms(chunk: RetrievedChunk) -> set[str]:
-    return text_terms(f"{chunk.title} {chunk.heading} {chunk.text}")
+    return text_terms(_passage(chunk))
+
+
+def _passage(chunk: RetrievedChunk) -> str:
+    """What a chunk says, to compare with a question: its article's title, its heading and its text."""
+    return f"{chunk.title} {chunk.heading} {chunk.text}"
 
 
 def answer_articles(
