@@ -283,6 +283,11 @@ RAG_SEARCH_RRF_K = env_int("RAG_SEARCH_RRF_K", 60, minimum=1, maximum=10000)
 RAG_SEARCH_RESCORE_WEIGHT = env_float("RAG_SEARCH_RESCORE_WEIGHT", 0.1, minimum=0.0, maximum=100.0)
 # hybrid_weighted: (1 - w) * BM25 + w * cosine, each min-max normalised over its candidates
 RAG_SEARCH_DENSE_WEIGHT = env_float("RAG_SEARCH_DENSE_WEIGHT", 0.3, minimum=0.0, maximum=1.0)
+# Questions across languages: the sparse query also asks for the English / zh-hant translations of the help-centre
+# terms it holds (a built-in glossary), each translation weighing RAG_CROSS_LANGUAGE_WEIGHT against 1 for the
+# question's own words (docs/benchmarks/cross_language.md).
+RAG_CROSS_LANGUAGE_EXPANSION = env_bool("RAG_CROSS_LANGUAGE_EXPANSION", True)
+RAG_CROSS_LANGUAGE_WEIGHT = env_float("RAG_CROSS_LANGUAGE_WEIGHT", 1.0, minimum=0.0, maximum=10.0)
 
 # --- telemetry: off unless the Langfuse keys are set ---------------------------------------------------
 LANGFUSE_PUBLIC_KEY = env_str("LANGFUSE_PUBLIC_KEY")

@@ -48,6 +48,7 @@ from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import AsyncEmbedder, LexicalEmbedder
 from rag.retrieval.prompts import EmbeddingPrompts, resolve_prompts
 from rag.retrieval.retriever import StoreRetriever, default_mode
+from rag.retrieval.sparse import query_encoder
 from rag.retrieval.st_embedder import (
     SentenceTransformerEmbedder,
     SentenceTransformersUnavailable,
@@ -251,6 +252,13 @@ def search_settings_from_settings(embedder: Any) -> tuple[Any, Any]:
     )
 
 
+def query_encoder_from_settings() -> Any:
+    """The retriever's BM25 query encoder: with the bilingual glossary expansion unless
+    RAG_CROSS_LANGUAGE_EXPANSION is off."""
+    weight = settings.RAG_CROSS_LANGUAGE_WEIGHT if settings.RAG_CROSS_LANGUAGE_EXPANSION else 0.0
+    return query_encoder(weight)
+
+
 def embedder_breaker_from_settings(embedder: Any) -> EmbedderBreaker | None:
     """The bound on a question's embedding and the pause after a failure, for a network embedder (a local one
     cannot be down)."""
@@ -399,7 +407,9 @@ def build_deps() -> PipelineDeps:
 
     breaker = embedder_breaker_from_settings(embedder)
     deps = PipelineDeps(
-        retriever=StoreRetriever(store, embedder, mode=mode, settings=search_settings, breaker=breaker),
+        retriever=StoreRetriever(
+            store, embedder, mode=mode, encoder=query_encoder_from_settings(), settings=search_settings, breaker=breaker
+        ),
         config=pipeline_config_from_settings(),
         rate_limiter=rate_limiter_from_settings(),
         llm=llm,

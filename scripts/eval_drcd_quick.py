@@ -33,8 +33,9 @@ from rag.retrieval.indexer import build_index  # noqa: E402
 from rag.retrieval.loaders import SquadQuestion, read_squad  # noqa: E402
 from rag.retrieval.markdown import Document, LoadError  # noqa: E402
 from rag.retrieval.retriever import StoreRetriever  # noqa: E402
-from rag.retrieval.sparse import BM25Encoder, BM25Params  # noqa: E402
+from rag.retrieval.sparse import SOURCE_MASS, BM25Encoder, BM25Params, QueryExpansion  # noqa: E402
 from rag.retrieval.store import SEARCH_MODES, SearchSettings, VectorStore  # noqa: E402
+from rag.text.glossary import builtin_glossary  # noqa: E402
 from rag.text.tokenize import tokenize  # noqa: E402
 
 _CJK_RUN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -118,6 +119,9 @@ def main() -> int:
     parser.add_argument("--k1", type=float, default=BM25Params().k1, help="BM25 k1")
     parser.add_argument("--b", type=float, default=BM25Params().b, help="BM25 b")
     parser.add_argument("--tokens", choices=sorted(TOKENS), default="default", help="BM25 token variant")
+    parser.add_argument(
+        "--expansion", type=float, default=0.0, help="bilingual query expansion at this weight (0: off)"
+    )
     # the SQuAD loader's passage sizes by default; 350/500 are the help-article sizes
     parser.add_argument("--target-units", type=int, default=PASSAGE_CHUNKING.target_units)
     parser.add_argument("--max-units", type=int, default=PASSAGE_CHUNKING.max_units)
@@ -141,7 +145,15 @@ def main() -> int:
         chunking = ChunkingConfig(target_units=args.target_units, max_units=args.max_units)
         variant = TOKENS[args.tokens]
         params = BM25Params(k1=args.k1, b=args.b)
-        encoder = BM25Encoder(params) if variant is None else BM25Encoder(params, tokens=variant)
+        glossary = builtin_glossary()
+        expansion = (
+            QueryExpansion(glossary, weight=args.expansion, source_mass=SOURCE_MASS) if args.expansion > 0 else None
+        )
+        encoder = (
+            BM25Encoder(params, expansion=expansion)
+            if variant is None
+            else BM25Encoder(params, tokens=variant, expansion=expansion)
+        )
         report = build_index(documents, store, embedder, config=chunking, encoder=encoder)
         print(
             f"{args.path.name}: {report.documents} paragraphs -> {report.chunks} chunks, "

@@ -12,9 +12,11 @@ from typing import Any
 from rag.deps import PipelineDeps
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
+from rag.rules.messages import reply_language
 from rag.rules.planner_rules import FORM_INTENTS
 from rag.rules.terms import overlap, query_characters, query_terms, text_terms
 from rag.state import PipelineState
+from rag.text.glossary import builtin_glossary
 
 NAME = "retrieval_checker"
 INPUTS = ("normalized_question", "search_query", "retrieved")
@@ -58,11 +60,16 @@ class RetrievalChecker:
         term_sets = [query_terms(state.normalized_question)]
         if state.history and state.search_query and state.search_query != state.normalized_question:
             term_sets.append(query_terms(state.search_query))
+        # a passage in the other language holds the question's help-centre terms translated (rag.text.glossary);
+        # only such a passage is judged by them
+        translated = query_terms(" ".join(builtin_glossary().translations(state.normalized_question)))
+        asked = reply_language(state.language)
         characters = query_characters(state.normalized_question) if self._min_char_overlap else set()
         # The top few, not only the first: fusion may rank a broadly similar chunk above the precise one.
         for chunk in chunks[: self._top_n]:
             have = text_terms(f"{chunk.title} {chunk.heading} {chunk.text}")
-            found = max(overlap(wanted, have) for wanted in term_sets)
+            foreign = bool(translated) and bool(chunk.language) and reply_language(chunk.language) != asked
+            found = max(overlap(wanted, have) for wanted in ([*term_sets, translated] if foreign else term_sets))
             if found >= self._min_overlap:
                 return True
             # A Chinese question in other words than the passage's: most of its characters are there, and some

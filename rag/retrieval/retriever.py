@@ -15,19 +15,25 @@ weight of 0.3 keeps BM25's ranking where it is sure and equals or passes it. So 
 Language is a preference, not a filter: in a bilingual help centre the only article answering a question may
 exist in the other language (or carry the English name of a form or an app), and a hard filter would hide it.
 Chunks in the asked language get their score multiplied by `language_boost`, which reorders near-ties only.
+With the bilingual query expansion (`rag.retrieval.sparse.QueryExpansion`), the question's own words are searched
+too, and their best passage in the asked language, when it holds half of the question's terms, is kept ahead of
+the passages the translations lifted above it (`_lead_first`; docs/benchmarks/cross_language.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Literal
 
 from rag.deps import SearchReport
 from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import LEXICAL, OPENAI, SENTENCE_TRANSFORMERS, AsyncEmbedder, Embedder, embedder_kind
-from rag.retrieval.sparse import BM25Encoder
+from rag.retrieval.sparse import BM25Encoder, SparseVector
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
+from rag.rules.terms import best_coverage
 from rag.state import RetrievedChunk
 from rag.text.links import http_link
 
@@ -178,10 +184,37 @@ class StoreRetriever:
         if limit < 1 or not query.strip():
             return []
         preferred = _CORPUS_LANGUAGE.get(language or "")
-        boosting = self.language_policy == "boost" and preferred is not None
         if dense is None and mode != "sparse":
             dense = self.embedder.embed_query(query)
-        sparse = self.encoder.encode_query(query) if mode != "dense" else None
+        search = functools.partial(self._ranked, dense, limit=limit, preferred=preferred, kind=kind, mode=mode)
+        if mode == "dense":
+            return search(None)
+        sparse = self.encoder.encode_query(query)
+        found = search(sparse)
+        expansion = self.encoder.expansion
+        if expansion is None or expansion.own_coverage <= 0:
+            return found
+        plain = self.encoder.encode_query(query, expand=False)
+        if plain == sparse:
+            return found  # no glossary term in the question
+        # what the question's own words find first in the asker's language keeps its place when it answers them
+        lead = next((c for c in search(plain) if preferred is None or c.language == preferred), None)
+        if lead is None or _covered(query, lead) < expansion.own_coverage:
+            return found
+        return _lead_first(query, found, lead)
+
+    def _ranked(
+        self,
+        dense: list[float] | None,
+        sparse: SparseVector | None,
+        *,
+        limit: int,
+        preferred: str | None,
+        kind: str | None,
+        mode: SearchMode,
+    ) -> list[RetrievedChunk]:
+        """The store's best `limit` hits for the query's vectors, the `preferred` language's boosted."""
+        boosting = self.language_policy == "boost" and preferred is not None
         hits = self.store.search(
             dense,
             sparse,
@@ -207,3 +240,24 @@ class StoreRetriever:
             boosted.sort(key=lambda pair: pair[0], reverse=True)  # stable: ties keep the store's order
             hits = [StoreHit(hit.point_id, score, hit.payload) for score, hit in boosted[:limit]]
         return [to_chunk(hit) for hit in hits[:limit]]
+
+
+def _lead_first(query: str, chunks: list[RetrievedChunk], lead: RetrievedChunk) -> list[RetrievedChunk]:
+    """The expanded query's chunks with `lead` (the best passage in the asker's language for the question's own
+    words, holding enough of them) moved ahead of those above it that hold no more of the question's own terms,
+    the ones the translations lifted: the English page that answers in the question's words is not displaced by
+    its zh-hant twin (or by a zh-hant page that says "PIN" where the question says 密碼), while a page found only
+    through the translations still ranks where they put it, below. Its score is lifted to the first of those it
+    passes, so the list stays ordered by score."""
+    place = next((i for i, chunk in enumerate(chunks) if chunk.chunk_id == lead.chunk_id), len(chunks))
+    own = _covered(query, lead)
+    passed = [i for i in range(place) if _covered(query, chunks[i]) <= own]
+    if not passed:
+        return chunks
+    lifted = dataclasses.replace(lead, score=max(lead.score, chunks[passed[0]].score))
+    kept = [chunks[i] for i in range(place) if i not in passed]
+    return [*kept, lifted, *(chunks[i] for i in passed), *chunks[place + 1 :]][: len(chunks)]
+
+
+def _covered(query: str, chunk: RetrievedChunk) -> float:
+    return best_coverage(query, [f"{chunk.title} {chunk.heading} {chunk.text}"])

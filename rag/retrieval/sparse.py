@@ -1,8 +1,10 @@
 """BM25 as sparse vectors, so Qdrant does the lexical search next to the dense one.
 
 Document side: each token's weight is BM25's saturated term frequency ``tf*(k1+1)/(tf+k1*(1-b+b*dl/avgdl))``;
-query side: weight 1 per distinct token. The IDF factor is left to Qdrant (`Modifier.IDF`, which local mode
-implements too, with BM25's ``ln((N-df+0.5)/(df+0.5)+1)``), so it always matches the collection's live contents.
+query side: weight 1 per distinct token, plus, with a `QueryExpansion`, the other-language translations of its
+glossary terms, each weighing about one word (questions across languages, docs/benchmarks/cross_language.md).
+The IDF factor is left to Qdrant (`Modifier.IDF`, which local mode implements too, with BM25's
+``ln((N-df+0.5)/(df+0.5)+1)``), so it always matches the collection's live contents.
 `avgdl` is a corpus statistic of the build and is stored in the collection's metadata by the indexer.
 
 Token ids are crc32 of the token masked to 31 bits: stable across processes and small enough for any
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rag.retrieval.term_counts import TOKEN_ID_MASK, TermBags, WordIds, term_bags
+from rag.text.glossary import Glossary, builtin_glossary
 from rag.text.question_words import without_question_words
 from rag.text.tokenize import token_bag
 
@@ -75,6 +78,24 @@ def _bags_of(counts: Sequence[Counter[int]]) -> TermBags:
 
 
 @dataclass(frozen=True, slots=True)
+class QueryExpansion:
+    """The other-language terms of a question's glossary terms, added to its sparse query at `weight` (the
+    question's own tokens weigh 1): an English question then also matches a zh-hant-only page, and the reverse.
+    `cjk_unigrams`: whether a Chinese term adds its single characters besides its bigrams."""
+
+    glossary: Glossary
+    weight: float = 0.5
+    cjk_unigrams: bool = False
+    # > 0: each translation weighs `weight` * max(1, source_mass * the tokens of the term it translates), so the
+    # translation of 密碼 (密, 碼, 密碼: 3 tokens of the question) weighs what the term weighs in the question
+    source_mass: float = 0.0
+    # > 0: the retriever also searches with the question's own words, and their best passage in the asker's
+    # language, when it holds this share of the question's terms, ranks ahead of the passages the translations
+    # lifted above it (rag.retrieval.retriever): its other-language twin no longer outranks it
+    own_coverage: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class BM25Params:
     k1: float = 1.2
     b: float = 0.75
@@ -84,10 +105,16 @@ class BM25Encoder:
     """Turns texts into BM25 sparse vectors; `avgdl` comes from the corpus being indexed."""
 
     def __init__(
-        self, params: BM25Params | None = None, *, tokens: Callable[[str], list[str]] = _default_tokens
+        self,
+        params: BM25Params | None = None,
+        *,
+        tokens: Callable[[str], list[str]] = _default_tokens,
+        expansion: QueryExpansion | None = None,
     ) -> None:
         self.params = params or BM25Params()
         self._tokens = tokens
+        # queries only: documents are indexed as written
+        self.expansion = expansion
 
     def term_bags(
         self, texts: Sequence[str], *, normalized: Sequence[str] | None = None, batch: int = 2000
@@ -147,9 +174,51 @@ class BM25Encoder:
         used = self.average_length(counts) if avgdl is None else avgdl
         return [self.document_vector(c, used) for c in counts], used
 
-    def encode_query(self, text: str) -> SparseVector:
+    def encode_query(self, text: str, *, expand: bool = True) -> SparseVector:
         """Weight 1 per distinct token of the question without its Chinese question words (+0.6 point of
         recall@1 on DRCD dev: "哪一年" no longer matches every paragraph with 一年 in it); the whole question
-        when nothing else is left."""
+        when nothing else is left. With the encoder's `expansion` (unless `expand` is false), the translations
+        of its glossary terms too."""
         counts = self.term_counts(without_question_words(text)) or self.term_counts(text)
-        return _sorted(dict.fromkeys(counts, 1.0))
+        weights = dict.fromkeys(counts, 1.0)
+        if self.expansion is not None and expand:
+            for token, weight in self._expansion_weights(text, self.expansion).items():
+                weights.setdefault(token, weight)
+        return _sorted(weights)
+
+    def _expansion_weights(self, text: str, expansion: QueryExpansion) -> dict[int, float]:
+        """The token ids of the glossary's translations of the question's terms, each translation weighing
+        `expansion.weight` in all (split among its tokens: 電子郵件's three bigrams count as one word). A Chinese
+        translation gives its bigrams, and its characters only with `cjk_unigrams` or when it is one long.
+        (Sharing a term's weight among its translations as well kept more of the same-language recall@1 but
+        lost most of the cross-language recall: docs/benchmarks/cross_language.md.)"""
+        weights: dict[int, float] = {}
+        for source, terms in expansion.glossary.matches(text):
+            mass = max(1.0, expansion.source_mass * len(set(self._tokens(source)))) if expansion.source_mass else 1.0
+            for term in terms:
+                found = self._tokens(term)
+                if not expansion.cjk_unigrams:
+                    found = [t for t in found if len(t) > 1 or t.isascii()] or found
+                ids = _word_ids.counts(found)
+                for token in ids:
+                    weights[token] = max(weights.get(token, 0.0), expansion.weight * mass / len(ids))
+        return weights
+
+
+# measured on the build half of the cross-language set: 0.5 lifts zh -> en without costing same-language recall,
+# 0.7 and 1 lift it more but lose same-language recall@5 (docs/benchmarks/cross_language.md)
+SOURCE_MASS = 0.5
+# the offline answer rule's test (rag.rules.answers.OWN_LANGUAGE_MIN_OVERLAP): a passage in the asker's language
+# answers in the question's own words when it holds half of its terms
+OWN_COVERAGE = 0.5
+
+
+def query_encoder(expansion_weight: float) -> BM25Encoder:
+    """The retriever's query encoder: with the built-in bilingual glossary's expansion at `expansion_weight`
+    (RAG_CROSS_LANGUAGE_WEIGHT; docs/benchmarks/cross_language.md), or without any when it is 0."""
+    if expansion_weight <= 0:
+        return BM25Encoder()
+    expansion = QueryExpansion(
+        builtin_glossary(), weight=expansion_weight, source_mass=SOURCE_MASS, own_coverage=OWN_COVERAGE
+    )
+    return BM25Encoder(expansion=expansion)

@@ -15,8 +15,9 @@ from rag.rules import messages
 from rag.rules.asked import TitlesAsking, titles_asking
 from rag.rules.passages import Block, Sentence, announces_list, answer_sentences
 from rag.rules.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
-from rag.rules.terms import query_terms, split_sentences, text_terms
+from rag.rules.terms import best_coverage, overlap, query_terms, split_sentences, text_terms
 from rag.state import Attachment, RetrievedChunk, Source
+from rag.text.glossary import builtin_glossary
 from rag.text.question_words import question_kind
 from rag.text.sentences import ends_with_abbreviation
 from rag.text.tables import Table, is_table_line, read_table
@@ -101,20 +102,50 @@ class _SourceBook:
         return ref
 
 
-def _in_language(chunks: list[RetrievedChunk], language: str) -> list[RetrievedChunk]:
-    """The chunks written in the reply language, when there are any (else all: better than nothing)."""
+# The asker's language's passages give way to the other language's when they hold less than this share of the
+# question's terms and the other language's best holds more of the question's terms translated: an incidental
+# English page ("email", "code") does not answer what a zh-hant page says about 驗證碼 and 電子郵件.
+OWN_LANGUAGE_MIN_OVERLAP = 0.5
+
+
+def _in_language(chunks: list[RetrievedChunk], language: str, question: str = "") -> list[RetrievedChunk]:
+    """The chunks written in the reply language, when there are any and they hold the question's terms at least
+    as well as the other language's hold its translations (else the other language's: better than nothing, and
+    better than a passage that only shares a word or two)."""
     want = messages.reply_language(language)
     matching = [c for c in chunks if not c.language or messages.reply_language(c.language) == want]
-    return matching or chunks
+    other = [c for c in chunks if c.language and messages.reply_language(c.language) != want]
+    if not matching or (other and question and _other_language_answers(question, matching[:3], other[:3])):
+        return other or chunks
+    return matching
+
+
+def _other_language_answers(question: str, own: list[RetrievedChunk], other: list[RetrievedChunk]) -> bool:
+    translated = query_terms(" ".join(builtin_glossary().translations(question)))
+    if not translated:
+        return False
+    # the test the retriever also uses before its own-words lead may rank first (rag.retrieval.retriever)
+    own_best = best_coverage(question, (_passage(chunk) for chunk in own))
+    return own_best < OWN_LANGUAGE_MIN_OVERLAP and max(overlap(translated, _chunk_terms(c)) for c in other) > own_best
+
+
+def _chunk_terms(chunk: RetrievedChunk) -> set[str]:
+    return text_terms(_passage(chunk))
+
+
+def _passage(chunk: RetrievedChunk) -> str:
+    """What a chunk says, to compare with a question: its article's title, its heading and its text."""
+    return f"{chunk.title} {chunk.heading} {chunk.text}"
 
 
 def answer_articles(
-    asking: TitlesAsking, chunks: list[RetrievedChunk], *, language: str, max_chunks: int
+    asking: TitlesAsking, chunks: list[RetrievedChunk], *, language: str, max_chunks: int, question: str = ""
 ) -> list[RetrievedChunk]:
     """The chunks an answer is drawn from, best first: articles (forms only when nothing else came back) in the
-    reply language, and of them those whose article is titled with the question (`asking`), when there are any
-    (an article titled with the question, in other words, answers it; others only share its words)."""
-    articles = _in_language([c for c in chunks if c.kind != "form"] or chunks, language)[:max_chunks]
+    reply language (or in the other, when only its passages hold the `question`'s terms, translated), and of them
+    those whose article is titled with the question (`asking`), when there are any (an article titled with the
+    question, in other words, answers it; others only share its words)."""
+    articles = _in_language([c for c in chunks if c.kind != "form"] or chunks, language, question)[:max_chunks]
     return list(filter(asking, articles)) or articles
 
 
@@ -129,7 +160,8 @@ def steps_to_fetch(
     """The doc_id of the article whose chunks the answer needs whole (a procedure written as step sections, of
     which the best passage is one), or "". `asking`: `titles_asking(question)`, when the caller has it."""
     asking = titles_asking(question) if asking is None else asking
-    return step_sections_doc(question, answer_articles(asking, chunks, language=language, max_chunks=max_chunks))
+    articles = answer_articles(asking, chunks, language=language, max_chunks=max_chunks, question=question)
+    return step_sections_doc(question, articles)
 
 
 def extractive_answer(
@@ -149,12 +181,13 @@ def extractive_answer(
     it, from the chunks retrieved. `asking`: `titles_asking(question)`, when the caller has it (read once for
     `steps_to_fetch` and this)."""
     asking = titles_asking(question) if asking is None else asking
-    articles = answer_articles(asking, chunks, language=language, max_chunks=max_chunks)
+    articles = answer_articles(asking, chunks, language=language, max_chunks=max_chunks, question=question)
     foreign = _all_in_other_language(articles, language)
     # a passage found only in the other language is quoted as written (its own punctuation and citation style),
     # after a line that says so
     composed = _extracted(
-        question,
+        # the passage's words are not the question's: its glossary terms in the passage's language find them
+        with_translations(question) if foreign else question,
         chunks,
         articles,
         language=articles[0].language if foreign else language,
@@ -168,6 +201,12 @@ def extractive_answer(
     notice = messages.text("other_language", language)
     text = f"{notice}\n\n{answer_body(composed.text)}\n\n{sources_block(composed.sources, language)}"
     return dataclasses.replace(composed, text=text)
+
+
+def with_translations(question: str) -> str:
+    """The question followed by the other-language translations of its help-centre terms (rag.text.glossary)."""
+    translations = builtin_glossary().translations(question)
+    return f"{question} {' '.join(translations)}" if translations else question
 
 
 def _all_in_other_language(chunks: list[RetrievedChunk], language: str) -> bool:

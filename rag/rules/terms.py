@@ -85,6 +85,16 @@ def overlap(terms: set[str], passage_terms: set[str]) -> float:
     return len(terms & passage_terms) / len(terms)
 
 
+def best_coverage(question: str, passages: Iterable[str]) -> float:
+    """The largest share of the question's own terms one of `passages` holds, a Chinese question's being read
+    as its bigrams and as its characters (a paraphrase breaks the bigrams but keeps most characters), whichever
+    is found more; 0.0 without passages, 1.0 when the question has nothing to look for."""
+    wanted = [terms for terms in (query_terms(question), query_characters(question)) if terms]
+    if not wanted:
+        return 1.0
+    return max((overlap(terms, text_terms(passage)) for passage in passages for terms in wanted), default=0.0)
+
+
 _MD_LIST_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)、])\s+")
 _MD_INLINE_RE = re.compile(r"\*\*|__|`")
 # "**Label.** text" or "**Label**: text"; not "**a whole clause**，text" (a comma goes on with the sentence)

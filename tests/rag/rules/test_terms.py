@@ -1,4 +1,12 @@
-from rag.rules.terms import content_phrases, overlap, query_terms, split_sentences, strip_question_words, text_terms
+from rag.rules.terms import (
+    best_coverage,
+    content_phrases,
+    overlap,
+    query_terms,
+    split_sentences,
+    strip_question_words,
+    text_terms,
+)
 
 
 def test_chinese_question_scaffolding_is_removed():
@@ -20,6 +28,17 @@ def test_overlap_is_the_share_of_question_terms_in_the_passage():
     assert overlap(wanted, text_terms("請在登入頁重設密碼")) == 1.0
     assert overlap(wanted, text_terms("密碼規則")) == 1 / 3
     assert overlap(set(), text_terms("anything")) == 1.0
+
+
+def test_best_coverage_is_the_best_passages_share_of_the_question_terms():
+    assert best_coverage("How do I reset my password?", ["Forgot password", "Reset your password here"]) == 1.0
+    assert best_coverage("How do I reset my password?", ["Forgot password"]) == 0.5
+    assert best_coverage("How do I reset my password?", []) == 0.0
+    # a Chinese paraphrase keeps the characters where it breaks the bigrams: of 重設 設密 密碼 it says one, of
+    # 重 設 密 碼 all four; whichever is found more counts
+    assert overlap(query_terms("如何重設密碼？"), text_terms("密碼要重新設定")) == 1 / 3
+    assert best_coverage("如何重設密碼？", ["密碼要重新設定"]) == 1.0
+    assert best_coverage("如何重設密碼？", ["重新設置碼"]) == 3 / 4
 
 
 def test_sentences_of_markdown_drop_headings_tables_and_fragments():
