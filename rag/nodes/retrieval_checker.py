@@ -20,7 +20,7 @@ from rag.text.glossary import builtin_glossary
 
 NAME = "retrieval_checker"
 INPUTS = ("normalized_question", "search_query", "retrieved")
-OPTIONAL_INPUTS = ("loops", "intent", "history")  # see response_synth.OPTIONAL_INPUTS
+OPTIONAL_INPUTS = ("loops", "intent", "history", "language")  # see response_synth.OPTIONAL_INPUTS
 OUTPUTS = ("retrieval_verdict",)
 RELEVANT = "relevant"
 RETRY = "retry"
