@@ -122,7 +122,8 @@ async def ask(runtime: PipelineRuntime, question: str) -> list[Event]:
 
 
 @pytest.mark.xfail(
-    reason="goal not met yet: on a loaded 2-core machine most plans outran the planner's 10 s bound (0 of 4 asked)",
+    reason="met on a quiet machine (CI's rehearsal: 9 of 10, the first call timed out before the server's speed was "
+    "learned); on a loaded 2-core machine most plans outrun the planner's 10 s bound (0 of 4 there)",
     strict=False,
 )
 async def test_plans_come_from_the_model_in_one_attempt_each(
@@ -150,7 +151,8 @@ async def test_plans_come_from_the_model_in_one_attempt_each(
 
 
 @pytest.mark.xfail(
-    reason="goal not met yet: 4 of 5 refused; a model-rewritten search query can pass the relevance check",
+    reason="met on a quiet machine (CI's rehearsal: 5 of 5); on a loaded one 4 of 5 were refused before the "
+    "relevance check judged questions by their own words",
     strict=False,
 )
 async def test_off_topic_questions_are_refused_without_the_model_answering(
