@@ -25,7 +25,7 @@ from rag.evaluation.metrics import comparable
 from rag.prompting.prompts import OrganisationPrompts, RegistryPrompts
 from rag.runtime import AskRequest, PipelineRun, PipelineRuntime
 from rag.state import PipelineState
-from rag.workflows.models import PromptCheck, PublishCheck, PublishTest, WorkflowDraft
+from rag.workflows.models import CheckResults, PromptCheck, PublishCheck, PublishTest, WorkflowDraft
 
 logger = logging.getLogger(__name__)
 
@@ -134,14 +134,7 @@ def publish_check_detail(check: PublishCheck) -> dict[str, Any]:
         "id": check.pk,
         "draft_id": check.draft_id,
         "version": check.version,
-        "backend": check.backend,
-        "passed": check.passed,
-        "failed": check.failed,
-        "regressions": check.regressions,
-        "results": check.results,
-        "override_reason": check.override_reason,
-        "overridden_by": check.overridden_by,
-        "created_at": check.created_at.isoformat(),
+        **_results_detail(check),
     }
 
 
@@ -265,6 +258,13 @@ def prompt_check_detail(check: PromptCheck) -> dict[str, Any]:
         "id": check.pk,
         "prompt": check.prompt_name,
         "version": check.prompt_version,
+        **_results_detail(check),
+    }
+
+
+def _results_detail(check: CheckResults) -> dict[str, Any]:
+    """The fields both kinds of check share, as their JSON details give them."""
+    return {
         "backend": check.backend,
         "passed": check.passed,
         "failed": check.failed,

@@ -113,13 +113,10 @@ class PublishTest(models.Model):
         return self.question[:80]
 
 
-class PublishCheck(models.Model):
-    """The test set run against one version of a draft beside the production workflow of its backend; a regression
-    (a test production passes and the draft fails) blocks publishing that version unless staff override it with a
-    reason, recorded here."""
+class CheckResults(models.Model):
+    """What a run of the test set beside production found, and the override that let a regression through: the
+    fields a workflow draft's check and a prompt version's check share."""
 
-    draft = models.ForeignKey(WorkflowDraft, verbose_name=_("draft"), on_delete=models.CASCADE, related_name="checks")
-    version = models.PositiveIntegerField(_("version"))
     backend = models.CharField(_("backend"), max_length=16)
     results = models.JSONField(_("results"), default=list)
     passed = models.PositiveIntegerField(_("passed"), default=0)
@@ -130,6 +127,18 @@ class PublishCheck(models.Model):
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        abstract = True
+
+
+class PublishCheck(CheckResults):
+    """The test set run against one version of a draft beside the production workflow of its backend; a regression
+    (a test production passes and the draft fails) blocks publishing that version unless staff override it with a
+    reason, recorded here."""
+
+    draft = models.ForeignKey(WorkflowDraft, verbose_name=_("draft"), on_delete=models.CASCADE, related_name="checks")
+    version = models.PositiveIntegerField(_("version"))
+
+    class Meta:
         verbose_name = _("publish check")
         verbose_name_plural = _("publish checks")
         ordering = ["-created_at", "-id"]
@@ -138,21 +147,13 @@ class PublishCheck(models.Model):
         return f"draft {self.draft_id} v{self.version}: {self.passed} passed, {self.regressions} regressions"
 
 
-class PromptCheck(models.Model):
+class PromptCheck(CheckResults):
     """The test set run with one version of a prompt beside the production prompts (the sibling of PublishCheck
     for prompt versions): a regression blocks giving that version the production label unless staff override it
     with a reason, recorded here."""
 
     prompt_name = models.CharField(_("prompt"), max_length=100)
     prompt_version = models.PositiveIntegerField(_("prompt version"))
-    backend = models.CharField(_("backend"), max_length=16)
-    results = models.JSONField(_("results"), default=list)
-    passed = models.PositiveIntegerField(_("passed"), default=0)
-    failed = models.PositiveIntegerField(_("failed"), default=0)
-    regressions = models.PositiveIntegerField(_("regressions"), default=0)
-    override_reason = models.TextField(_("override reason"), blank=True)
-    overridden_by = models.CharField(_("overridden by"), max_length=150, blank=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
         verbose_name = _("prompt check")
