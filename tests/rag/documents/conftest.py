@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
+from rag.documents.indexing import index_job_execute
+from rag.documents.models import IndexJob, JobStatus
+from rag.documents.services import job_claim
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.store import VectorStore, open_store_from_settings
 from tests.rag.retrieval.conftest import CORPUS, write_corpus
@@ -84,3 +89,20 @@ def doc_ids_of(store: VectorStore) -> set[str]:
 
 
 __all__ = ["CORPUS", "CountingEmbedder", "doc_ids_of", "write_corpus"]
+
+
+@pytest.fixture
+def staff(configured: Path) -> Client:
+    """A logged-in superuser's client of the admin and the staff APIs."""
+    user = get_user_model().objects.create_superuser("admin", email="a@example.com", password=None)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def run_job(job: IndexJob, store: VectorStore, embedder: Any) -> IndexJob:
+    """Claim `job` as the store's owner and run it here; it must succeed."""
+    assert job_claim(job=job, runner="test:1", store_owner=True)
+    done = index_job_execute(job=job, store=store, embedder=embedder)
+    assert done.status == JobStatus.SUCCEEDED, done.error + done.log
+    return done

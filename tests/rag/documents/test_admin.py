@@ -29,14 +29,6 @@ def english_admin(settings: Any) -> None:
 
 
 @pytest.fixture
-def staff(configured: Path) -> Client:
-    user = get_user_model().objects.create_superuser("admin", email="a@example.com", password=None)
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def indexed(store: VectorStore, embedder: CountingEmbedder) -> IndexJob:
     job = index_job_create()
     job_claim(job=job, runner="test:1")

@@ -11,19 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from rag.documents.hooks import on_documents_reindexed
-from rag.documents.indexing import index_job_execute
-from rag.documents.models import Document, IndexJob, JobStatus, Source, SourceKind
-from rag.documents.services import index_job_create, job_claim, source_create, source_sync_request
+from rag.documents.models import Document, IndexJob, Source, SourceKind
+from rag.documents.services import index_job_create, source_create, source_sync_request
 from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.store import VectorStore
 from rag.semcache.cache import SemanticCache, build_semantic_cache
 from rag.semcache.services import cache_entries_invalidate_for_documents
 from tests.local_site import LocalSite, html, sitemap
 from tests.rag.documents.conftest import CountingEmbedder
+from tests.rag.documents.conftest import run_job as run
 from tests.rag.semcache.conftest import remember
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,21 +35,6 @@ RESET = "如何重設密碼？"
 @pytest.fixture(autouse=True)
 def english_admin(settings: Any) -> None:
     settings.LANGUAGE_CODE = "en"
-
-
-@pytest.fixture
-def staff(configured: Path) -> Client:
-    user = get_user_model().objects.create_superuser("admin", email="a@example.com", password=None)
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def run(job: IndexJob, store: VectorStore, embedder: Any) -> IndexJob:
-    assert job_claim(job=job, runner="test:1", store_owner=True)
-    done = index_job_execute(job=job, store=store, embedder=embedder)
-    assert done.status == JobStatus.SUCCEEDED, done.error + done.log
-    return done
 
 
 def links_in_index(store: VectorStore, doc_id: str) -> set[str]:

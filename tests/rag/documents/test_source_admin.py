@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
@@ -19,14 +18,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def english_admin(settings: Any) -> None:
     settings.LANGUAGE_CODE = "en"
-
-
-@pytest.fixture
-def staff(configured: Path) -> Client:
-    user = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_add_refuses_a_non_http_url_and_a_folder_outside_the_allowed_ones(staff: Client, tmp_path: Path) -> None:

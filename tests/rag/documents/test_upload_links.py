@@ -11,11 +11,11 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from rag.documents.indexing import index_job_execute
-from rag.documents.models import Document, IndexJob, JobStatus, Source, SourceKind
-from rag.documents.services import job_claim, source_sync_request
+from rag.documents.models import Document, IndexJob, Source, SourceKind
+from rag.documents.services import source_sync_request
 from rag.retrieval.store import VectorStore
 from tests.rag.documents.conftest import CountingEmbedder
+from tests.rag.documents.conftest import run_job as run
 
 pytestmark = pytest.mark.django_db
 
@@ -29,21 +29,6 @@ FAQ = b"---\ntitle: FAQ\nlanguage: en\nurl: https://elsewhere.example/faq\n---\n
 @pytest.fixture(autouse=True)
 def english_admin(settings: Any) -> None:
     settings.LANGUAGE_CODE = "en"
-
-
-@pytest.fixture
-def staff(configured: Path) -> Client:
-    user = get_user_model().objects.create_superuser("admin", email="a@example.com", password=None)
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def run(job: IndexJob, store: VectorStore, embedder: Any) -> IndexJob:
-    assert job_claim(job=job, runner="test:1", store_owner=True)
-    done = index_job_execute(job=job, store=store, embedder=embedder)
-    assert done.status == JobStatus.SUCCEEDED, done.error + done.log
-    return done
 
 
 def links(store: VectorStore) -> dict[str, set[str]]:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
@@ -19,14 +18,6 @@ pytestmark = pytest.mark.django_db
 
 EN = b"<html><head><title>Fees</title></head><body><main><p>Visitors pay NT$ 2,000.</p></main></body></html>"
 ZH = "<html><head><title>費用</title></head><body><main><p>校外人士每學分二千元。</p></main></body></html>".encode()
-
-
-@pytest.fixture
-def staff(configured: Path) -> Client:
-    user = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def files_in_uploads() -> list[str]:
