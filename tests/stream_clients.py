@@ -221,3 +221,12 @@ async def ws_ask(
         answer.close_code = socket.close_code
         await socket.close()
     return answer
+
+
+def sse_summary(base_url: str, question: str, *, read_seconds: float = 30.0) -> dict[str, Any]:
+    """`sse_ask`, checked whole and answered: its meta_summary, with the answer's text under "text"."""
+    answer = sse_ask(base_url, question, read_seconds=read_seconds)
+    assert answer.status == 200 and answer.whole(), answer.describe()
+    terminal = answer.terminal
+    assert terminal is not None and terminal["channel"] == "meta_summary", terminal
+    return {**terminal, "text": "".join(e.get("delta", "") for e in answer.events if e.get("channel") == "answer")}

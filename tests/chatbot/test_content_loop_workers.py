@@ -6,17 +6,16 @@ fewer content-gap topics; the insights summary counts every question asked."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
+from tests.stream_clients import sse_summary
 
 pytestmark = pytest.mark.slow
 
@@ -39,18 +38,7 @@ ASKED: list[str] = []  # every question this module asked the cluster (the summa
 def ask(worker: Worker, question: str) -> dict[str, Any]:
     """The terminal event of one SSE answer, with the answer's text under "text"."""
     ASKED.append(question)
-    events = []
-    with httpx.stream(
-        "POST", worker.url + "/api/v1/rag/ask/stream_chat", json={"question": question}, timeout=30.0
-    ) as response:
-        assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    terminal = events[-1]
-    assert terminal["channel"] == "meta_summary", terminal
-    return {**terminal, "text": "".join(e["delta"] for e in events if e["channel"] == "answer")}
+    return sse_summary(worker.url, question)
 
 
 def test_a_curated_answer_reaches_both_workers_and_retires_the_cached_one(cluster: Cluster) -> None:

@@ -5,17 +5,16 @@ dropped on both."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.concurrency.cluster_redis import suite_redis_url
 from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
 from tests.local_site import LocalSite, html, sitemap
+from tests.stream_clients import sse_summary
 
 pytestmark = pytest.mark.slow
 
@@ -43,19 +42,7 @@ def cluster() -> Iterator[Cluster]:
 
 
 def ask(worker: Worker) -> dict[str, Any]:
-    """The terminal event of one SSE answer, with the answer's text under "text"."""
-    events = []
-    with httpx.stream(
-        "POST", worker.url + "/api/v1/rag/ask/stream_chat", json={"question": QUESTION}, timeout=30.0
-    ) as response:
-        assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    terminal = events[-1]
-    assert terminal["channel"] == "meta_summary", terminal
-    return {**terminal, "text": "".join(e["delta"] for e in events if e["channel"] == "answer")}
+    return sse_summary(worker.url, QUESTION)
 
 
 def test_an_edited_page_synced_beside_two_workers_is_what_both_answer(cluster: Cluster) -> None:
