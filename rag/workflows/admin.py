@@ -23,7 +23,7 @@ from rag.workflows import selectors
 from rag.workflows.api import MAX_ID
 from rag.workflows.builder_words import builder_words
 from rag.workflows.graphs import graph_check, node_catalogue
-from rag.workflows.models import PromptCheck, PublishCheck, PublishTest, WorkflowDraft
+from rag.workflows.models import CheckResults, PromptCheck, PublishCheck, PublishTest, WorkflowDraft
 
 
 @admin.register(WorkflowDraft)
@@ -149,24 +149,10 @@ class PublishTestAdmin(admin.ModelAdmin):
         return ", ".join(map(str, obj.must_cite)) or "—"
 
 
-@admin.register(PublishCheck)
-class PublishCheckAdmin(admin.ModelAdmin):
-    """Runs of the test set against draft versions, with production's results beside them, and overrides."""
+class CheckResultsAdmin(admin.ModelAdmin):
+    """Read-only runs of the test set beside production: what both kinds of check show."""
 
-    list_display = ("draft", "version", "backend", "passed", "failed", "regressions", "overridden_by", "created_at")
-    list_filter = ("backend",)
-    readonly_fields = (
-        "draft",
-        "version",
-        "backend",
-        "results_table",
-        "passed",
-        "failed",
-        "regressions",
-        "override_reason",
-        "overridden_by",
-        "created_at",
-    )
+    RESULTS = ("results_table", "passed", "failed", "regressions", "override_reason", "overridden_by", "created_at")
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -175,13 +161,22 @@ class PublishCheckAdmin(admin.ModelAdmin):
         return False
 
     @admin.display(description=_("results"))
-    def results_table(self, obj: PublishCheck) -> str:
-        """Per test, the draft's verdict beside production's, with what each answer missed."""
+    def results_table(self, obj: CheckResults) -> str:
+        """Per test, the verdict of the version under test beside production's, with what each answer missed."""
         return render_to_string("admin/rag_workflows/publish_results.html", {"results": obj.results})
 
 
+@admin.register(PublishCheck)
+class PublishCheckAdmin(CheckResultsAdmin):
+    """Runs of the test set against draft versions, with production's results beside them, and overrides."""
+
+    list_display = ("draft", "version", "backend", "passed", "failed", "regressions", "overridden_by", "created_at")
+    list_filter = ("backend",)
+    readonly_fields = ("draft", "version", "backend", *CheckResultsAdmin.RESULTS)
+
+
 @admin.register(PromptCheck)
-class PromptCheckAdmin(admin.ModelAdmin):
+class PromptCheckAdmin(CheckResultsAdmin):
     """Runs of the test set with a prompt version beside the production prompts, and overrides."""
 
     list_display = (
@@ -195,25 +190,4 @@ class PromptCheckAdmin(admin.ModelAdmin):
         "created_at",
     )
     list_filter = ("prompt_name", "backend")
-    readonly_fields = (
-        "prompt_name",
-        "prompt_version",
-        "backend",
-        "results_table",
-        "passed",
-        "failed",
-        "regressions",
-        "override_reason",
-        "overridden_by",
-        "created_at",
-    )
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description=_("results"))
-    def results_table(self, obj: PromptCheck) -> str:
-        return render_to_string("admin/rag_workflows/publish_results.html", {"results": obj.results})
+    readonly_fields = ("prompt_name", "prompt_version", "backend", *CheckResultsAdmin.RESULTS)
