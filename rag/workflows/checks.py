@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,27 +107,49 @@ async def workflow_draft_check(*, runtime: PipelineRuntime, draft_id: int, backe
 def publish_check_gate(*, draft: WorkflowDraft, override_reason: str = "", overridden_by: str = "") -> None:
     """Inside the publish's transaction: refuse a version whose last check regresses (or that was never checked
     while a test set exists), unless `override_reason` is given; an override is recorded on the check."""
+    label = f"'{draft.name}' v{draft.version}"
+    if _gate(
+        PublishCheck.objects.filter(draft=draft, version=draft.version),
+        override_reason=override_reason,
+        overridden_by=overridden_by,
+        untested=lambda: PublishBlocked(f"{label} has not been run against the test set"),
+        regressing=lambda check: PublishBlocked(_regressing(label, check), check),
+        new=lambda: PublishCheck(draft=draft, version=draft.version, backend=draft.backend or ""),
+    ):
+        logger.warning("workflow.publish_override draft=%s version=%s by=%s", draft.pk, draft.version, overridden_by)
+
+
+def _regressing(label: str, check: CheckResults) -> str:
+    return f"{label} fails {check.regressions} test(s) production passes; publishing it needs an override with a reason"
+
+
+def _gate(
+    checks: Any,
+    *,
+    override_reason: str,
+    overridden_by: str,
+    untested: Callable[[], Exception],
+    regressing: Callable[[Any], Exception],
+    new: Callable[[], CheckResults],
+) -> bool:
+    """The publish gate of both kinds of check: nothing to do without an active test set or when the version's
+    last check (locked) has no regression; else refused (`untested`, `regressing`) unless a reason is given, which
+    is recorded on the check (a new one when it was never run). True when an override was recorded."""
     if not PublishTest.objects.filter(active=True).exists():
-        return
-    check = PublishCheck.objects.select_for_update().filter(draft=draft, version=draft.version).first()
+        return False
+    check = checks.select_for_update().first()
     if check is not None and not check.regressions:
-        return
+        return False
     reason = override_reason.strip()
     if not reason:
-        if check is None:
-            raise PublishBlocked(f"'{draft.name}' v{draft.version} has not been run against the test set")
-        raise PublishBlocked(
-            f"'{draft.name}' v{draft.version} fails {check.regressions} test(s) production passes; "
-            "publishing it needs an override with a reason",
-            check,
-        )
+        raise untested() if check is None else regressing(check)
     if check is None:
-        check = PublishCheck(draft=draft, version=draft.version, backend=draft.backend or "")
+        check = new()
     check.override_reason = reason
     check.overridden_by = overridden_by
     with transaction.atomic():
         check.save()
-    logger.warning("workflow.publish_override draft=%s version=%s by=%s", draft.pk, draft.version, overridden_by)
+    return True
 
 
 def publish_check_detail(check: PublishCheck) -> dict[str, Any]:
@@ -230,27 +253,17 @@ def _result_row(test: PublishTest, mine: Verdict, theirs: Verdict) -> dict[str, 
 def prompt_publish_gate(*, name: str, version: int, override_reason: str, overridden_by: str) -> None:
     """prompts.services' publish gate: refuse production to a version whose last check regresses (or that was
     never checked while a test set exists), unless `override_reason` is given; an override is recorded."""
-    if not PublishTest.objects.filter(active=True).exists():
-        return
-    check = PromptCheck.objects.select_for_update().filter(prompt_name=name, prompt_version=version).first()
-    if check is not None and not check.regressions:
-        return
-    reason = override_reason.strip()
-    if not reason:
-        if check is None:
-            raise PromptPublishBlocked(
-                f"{name} v{version} has not been run against the publish tests; run them, or give a reason"
-            )
-        raise PromptPublishBlocked(
-            f"{name} v{version} fails {check.regressions} test(s) production passes; "
-            "publishing it needs an override with a reason"
-        )
-    if check is None:
-        check = PromptCheck(prompt_name=name, prompt_version=version, backend="")
-    check.override_reason = reason
-    check.overridden_by = overridden_by
-    check.save()
-    logger.warning("prompt.publish_override prompt=%s version=%s by=%s", name, version, overridden_by)
+    if _gate(
+        PromptCheck.objects.filter(prompt_name=name, prompt_version=version),
+        override_reason=override_reason,
+        overridden_by=overridden_by,
+        untested=lambda: PromptPublishBlocked(
+            f"{name} v{version} has not been run against the publish tests; run them, or give a reason"
+        ),
+        regressing=lambda check: PromptPublishBlocked(_regressing(f"{name} v{version}", check)),
+        new=lambda: PromptCheck(prompt_name=name, prompt_version=version, backend=""),
+    ):
+        logger.warning("prompt.publish_override prompt=%s version=%s by=%s", name, version, overridden_by)
 
 
 def prompt_check_detail(check: PromptCheck) -> dict[str, Any]:
