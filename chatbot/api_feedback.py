@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from chatbot import security
 from chatbot.feedback import FeedbackInputError, FeedbackTargetNotFound, feedback_input_parse, feedback_record
-from concurrency.jsonio import JsonInputError, json_decode, json_error
+from infra.jsonio import JsonInputError, json_decode, json_error
 
 # A verdict and a comment of a few thousand characters; anything far beyond is not feedback.
 MAX_BODY_BYTES = 64 * 1024

@@ -23,7 +23,7 @@ from chatbot.gaps_task import gaps_refresh_task  # noqa: E402
 from chatbot.retention import retention_task  # noqa: E402
 from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
 from concurrency.live import live_settings_task  # noqa: E402
-from concurrency.worker_tasks import WorkerTasksMiddleware  # noqa: E402
+from infra.worker_tasks import WorkerTasksMiddleware  # noqa: E402
 from rag.documents.runner import job_runner_task  # noqa: E402
 from rag.provider import provide_runtime  # noqa: E402
 from rag.replica import replica_sync_task  # noqa: E402

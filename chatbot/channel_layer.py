@@ -3,7 +3,7 @@
 channels-redis waits for a message with a loop of blocking pops (`while content is None: await bzpopmin(...)`).
 On Python 3.11 redis-py reads under `asyncio.timeout`, which can turn a cancellation arriving with the read into
 an ordinary return; the loop then simply pops again, so a cancelled consumer (a client gone, a test's event loop
-closing) kept waiting on Redis forever. Each pop goes through `concurrency.redis_calls.redis_call`, which raises
+closing) kept waiting on Redis forever. Each pop goes through `infra.redis_calls.redis_call`, which raises
 when the task is being cancelled: nothing is lost, the message stays in the layer's backup queue for the next
 receive.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from channels_redis.core import RedisChannelLayer as _RedisChannelLayer  # type: ignore[import-untyped]
 
-from concurrency.redis_calls import redis_call
+from infra.redis_calls import redis_call
 
 __all__ = ["RedisChannelLayer"]
 

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from chatbot.gaps import gaps_update
-from concurrency.worker_tasks import WorkerTask
+from infra.worker_tasks import WorkerTask
 from rag.provider import get_runtime
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """`GET /api/v1/admin/insights/gaps` and `/summary`: the content team's figures as JSON, for a staff session or an
-API key with the `admin-read` scope (through the project's one access check, concurrency.access)."""
+API key with the `admin-read` scope (through the project's one access check, infra.access)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from django.views.decorators.http import require_GET
 from chatbot.gaps import gaps_report
 from chatbot.gaps_task import gaps_refresh
 from chatbot.insights import MAX_DAYS, insights_summary
-from concurrency.access import SCOPE_READ, Policy, Rule, staff_api
-from concurrency.jsonio import json_error
+from infra.access import SCOPE_READ, Policy, Rule, staff_api
+from infra.jsonio import json_error
 
 READ = Policy(
     read=Rule(refusal=f"staff session or an API key with the '{SCOPE_READ}' scope required", key_scope=SCOPE_READ)

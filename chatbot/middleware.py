@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.deprecation import MiddlewareMixin
 
-from concurrency.jsonio import json_error
+from infra.jsonio import json_error
 
 TIME_ZONE_COOKIE = "hc_tz"
 

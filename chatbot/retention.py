@@ -17,7 +17,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from chatbot.models import Conversation
-from concurrency.worker_tasks import WorkerTask
+from infra.worker_tasks import WorkerTask
 
 logger = logging.getLogger(__name__)
 

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "channels",
     "axes",
     "csp",
+    "infra",
     "concurrency",
     "prompts",
     "rag",
@@ -76,6 +77,7 @@ INSTALLED_APPS = [
     "chatbot",
     "chatbot.apikeys",
     "chatbot.sites",
+    "devtools",
 ]
 
 MIDDLEWARE = [

@@ -19,7 +19,7 @@ from chatbot.logcontext import conversation_id_var, request_id_var
 from chatbot.recording import exchange_recorder, failure_words
 from chatbot.services import ConversationContext, UnknownConversation, conversation_context_get, exchange_record
 from chatbot.summaries import summary_settled, summary_write_later
-from concurrency.jsonio import JsonInputError, json_check
+from infra.jsonio import JsonInputError, json_check
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.provider import get_runtime
 from rag.questions import question_too_long

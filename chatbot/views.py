@@ -29,7 +29,7 @@ from chatbot import readiness, security
 from chatbot.feedback import csv_cell
 from chatbot.selectors import conversation_list, conversation_messages
 from chatbot.services import TITLE_MAX_CHARS, conversation_delete, conversation_rename
-from concurrency.jsonio import json_error
+from infra.jsonio import json_error
 from rag.branding.selectors import organisation_get
 from rag.retrieval.markdown import load_markdown_dir
 from rag.text.links import http_link

@@ -1,7 +1,7 @@
 """Staff-only JSON APIs of the LLM concurrency state.
 
 Sync views on purpose: under ASGI Django runs them in a worker thread, so the ORM and Redis reads never block
-the event loop. Access (checked by `concurrency.access`): reading takes a staff session, or
+the event loop. Access (checked by `infra.access`): reading takes a staff session, or
 ``Authorization: Bearer <CONCURRENCY_API_TOKEN>`` when that setting is non-empty, or an API key with the
 ``admin-read`` scope. ``PATCH /settings`` takes the ``admin-write`` scope or a staff user who may change the
 settings (with the CSRF token, as every session write). Anyone else gets 403 JSON.
@@ -13,8 +13,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from concurrency.access import SCOPE_READ, SCOPE_WRITE, Policy, Rule, is_staff, staff_api
-from concurrency.jsonio import json_error
 from concurrency.selectors import (
     concurrency_priority,
     concurrency_settings_snapshot,
@@ -23,6 +21,8 @@ from concurrency.selectors import (
     settings_snapshot_of,
 )
 from concurrency.settings_patch import SettingsPatchError, settings_patch_apply, settings_patch_parse
+from infra.access import SCOPE_READ, SCOPE_WRITE, Policy, Rule, is_staff, staff_api
+from infra.jsonio import json_error
 
 __all__ = ["READ", "SETTINGS", "priority", "settings_view", "status", "summary"]
 

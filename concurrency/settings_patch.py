@@ -14,10 +14,10 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from concurrency.admin import ConcurrencySettingsForm
-from concurrency.jsonio import JsonInputError, json_decode
 from concurrency.models import BACKENDS, EDITABLE_FIELDS, ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
+from infra.jsonio import JsonInputError, json_decode
 
 __all__ = ["SettingsPatchError", "settings_patch_apply", "settings_patch_parse"]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from concurrency.redis_calls import redis_call
+from infra.redis_calls import redis_call
 
 __all__ = ["WINDOW_SECONDS", "RateRule", "RedisRateLimiter", "SlidingWindowRateLimiter"]
 

@@ -11,7 +11,7 @@ Each check is two small queries on one thread of its own; the loads it triggers 
 event loop, and searches keep using the replica they have until the new one is whole. A database outage is
 logged once and retried; the replicas keep serving what they hold.
 
-It is `replica_sync_task`, one of the tasks `concurrency.worker_tasks.WorkerTasksMiddleware` starts around the
+It is `replica_sync_task`, one of the tasks `infra.worker_tasks.WorkerTasksMiddleware` starts around the
 ASGI application. `RAG_REPLICA_SYNC` (default true) switches it off.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from concurrency.worker_tasks import WorkerTask
+from infra.worker_tasks import WorkerTask
 from rag.provider import get_runtime
 
 __all__ = ["ReplicaSync", "replica_sync_enabled", "replica_sync_task", "runtime_replicas", "runtime_store"]

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from concurrency.simulator.testing import SimulatorProcess  # noqa: E402
+from devtools.simulator.testing import SimulatorProcess  # noqa: E402
 from scripts.cluster import Cluster, free_port  # noqa: E402
 
 OUT = ROOT / "docs" / "benchmarks"

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatbot.settings")
 
 from concurrency.manager import LLMConcurrencyManager, set_manager  # noqa: E402
-from concurrency.simulator.testing import SimulatorProcess  # noqa: E402
+from devtools.simulator.testing import SimulatorProcess  # noqa: E402
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig  # noqa: E402
 from rag.llm.backends import ChatBackend  # noqa: E402
 from rag.llm.client import aclose_clients  # noqa: E402

@@ -38,8 +38,8 @@ from openai.types.chat import ChatCompletionMessageParam  # noqa: E402
 
 from concurrency.context import request_scope  # noqa: E402
 from concurrency.manager import LLMConcurrencyManager  # noqa: E402
-from concurrency.simulator.testing import SimulatorProcess  # noqa: E402
 from concurrency.stats import percentile  # noqa: E402
+from devtools.simulator.testing import SimulatorProcess  # noqa: E402
 
 CALLS_PER_REQUEST = 3
 OUT_DIR = PROJECT_DIR / "docs" / "benchmarks"

@@ -36,7 +36,7 @@ import httpx2  # noqa: E402
 from django.conf import settings  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
-from concurrency.simulator.testing import SimulatorProcess  # noqa: E402
+from devtools.simulator.testing import SimulatorProcess  # noqa: E402
 from rag.llm.client import ClientKey, make_client  # noqa: E402
 from rag.llm.config import HTTP_CLIENTS, HttpClient  # noqa: E402
 from rag.llm.streams import ChatStreamParser, RawEventStream  # noqa: E402

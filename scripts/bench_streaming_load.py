@@ -44,10 +44,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from concurrency.loadtest.driver import LoadConfig, run_load  # noqa: E402
-from concurrency.loadtest.report import summary, write_svg  # noqa: E402
-from concurrency.simulator.testing import SimulatorProcess  # noqa: E402
 from concurrency.stats import percentile  # noqa: E402
+from devtools.loadtest.driver import LoadConfig, run_load  # noqa: E402
+from devtools.loadtest.report import summary, write_svg  # noqa: E402
+from devtools.simulator.testing import SimulatorProcess  # noqa: E402
 from scripts.cluster import Cluster, WorkerProcess, prepare  # noqa: E402
 
 OUT = ROOT / "docs" / "benchmarks"

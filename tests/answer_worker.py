@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, manage, worker_env
 from tests.stream_clients import Answer, asse_ask, ws_ask
 

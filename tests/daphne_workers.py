@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from concurrency.simulator.testing import free_port
+from devtools.simulator.testing import free_port
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 ASGI_APP = "chatbot.asgi:application"

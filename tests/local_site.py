@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Self
 
-from concurrency.simulator.testing import free_port
+from devtools.simulator.testing import free_port
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from concurrency.simulator.testing import free_port
+from devtools.simulator.testing import free_port
 
 POSTGRES_BINS = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
 

@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("chatbot", "concurrency", "prompts", "rag")
+PACKAGES = ("chatbot", "concurrency", "prompts", "rag", "infra", "devtools")
 MAX_LINES = 80
 
 

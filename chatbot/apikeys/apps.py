@@ -13,6 +13,6 @@ class ApiKeysConfig(AppConfig):
         # lets a key with an admin scope in is handed to them here, where the project is assembled. Imported in
         # ready(): the services import this app's models, which cannot load while the app registry is filling.
         from chatbot.apikeys.services import api_key_allows_scope
-        from concurrency.access import bearer_key_checker_set
+        from infra.access import bearer_key_checker_set
 
         bearer_key_checker_set(api_key_allows_scope)

@@ -28,7 +28,7 @@ from chatbot.openai_api.errors import ApiError, api_error
 from chatbot.openai_api.tasks import ClientTask, client_task_detect
 from chatbot.services import HISTORY_TURNS
 from chatbot.streaming import AskInput
-from concurrency.jsonio import JsonInputError, json_decode
+from infra.jsonio import JsonInputError, json_decode
 from rag.questions import question_too_long
 from rag.runtime import BACKENDS
 from rag.state import Turn

@@ -18,7 +18,7 @@ from chatbot import lifecycle
 from chatbot.replay.live import ResumeRefused
 from chatbot.streaming import transport_error_event
 from concurrency.live.workers import worker_id, worker_key
-from concurrency.redis_calls import redis_call
+from infra.redis_calls import redis_call
 from rag.events import TERMINAL_CHANNELS, Event
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_safe
 from chatbot.sites.access import frame_ancestors_for
 from chatbot.sites.origins import origin_normalise
 from chatbot.sites.selectors import EmbedSite, site_by_key
-from concurrency.jsonio import json_error
+from infra.jsonio import json_error
 from rag.branding.selectors import organisation_get
 
 STATIC = Path(settings.BASE_DIR) / "static"

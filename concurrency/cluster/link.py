@@ -17,7 +17,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from concurrency.redis_calls import redis_call
+from infra.redis_calls import redis_call
 
 from .scripts import ACQUIRE, ADOPT, REFRESH, RELEASE
 

@@ -29,8 +29,8 @@ from typing import Any
 from concurrency.context import _current
 from concurrency.errors import BusyError
 from concurrency.manager import LOW_PRIORITY, LLMConcurrencyManager, LLMPermit, _check_limit
-from concurrency.redis_calls import redis_call
 from concurrency.stats import ClusterBackendStats, ClusterStats, ManagerStats, QueueHeadEntry
+from infra.redis_calls import redis_call
 
 from .link import REDIS_ERRORS, RedisLink
 

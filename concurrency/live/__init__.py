@@ -3,7 +3,7 @@
 Public API:
 
 - ``live_settings_start()`` / ``live_settings_stop()``: the one background task per process, ``live_settings_task``
-  (started by ``concurrency.worker_tasks.WorkerTasksMiddleware`` on the first ASGI connection);
+  (started by ``infra.worker_tasks.WorkerTasksMiddleware`` on the first ASGI connection);
   ``live_settings_preload()`` applies the stored row at server start-up, before that.
 - ``on_settings_applied(fn)``: ``fn(SettingsSnapshot)`` after each applied change (rpm, retries, sample rate).
 - ``register_stats_provider(name, fn)``: extra per-worker stats shown in the console.

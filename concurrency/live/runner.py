@@ -22,8 +22,8 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from concurrency.redis_calls import redis_call
-from concurrency.worker_tasks import WorkerTask
+from infra.redis_calls import redis_call
+from infra.worker_tasks import WorkerTask
 
 from .apply import bind_loop, settings_apply, settings_current
 from .snapshot import SettingsSnapshot

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 
 from concurrency.manager import get_manager
+from infra.identity import worker_id, worker_started_at
 
 from .apply import settings_current
 from .snapshot import SettingsSnapshot
@@ -46,26 +44,11 @@ _REDIS_TIMEOUT = 1.0
 StatsProvider = Callable[[], Any]
 _providers: dict[str, StatsProvider] = {}
 _providers_lock = threading.Lock()
-_started: tuple[int, str] | None = None
 _clients: dict[str, Any] = {}
 _clients_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------------- identity
-
-
-def worker_id() -> str:
-    """``hostname:pid``: unique per process on a host, readable in the console."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def worker_started_at() -> str:
-    """When this process first asked (ISO 8601, UTC); reset in a forked child."""
-    global _started
-    pid = os.getpid()
-    if _started is None or _started[0] != pid:
-        _started = (pid, datetime.now(UTC).isoformat(timespec="seconds"))
-    return _started[1]
 
 
 # ---------------------------------------------------------------------------------------------- stats

@@ -29,8 +29,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 
-from concurrency import access
-from concurrency.jsonio import JsonInputError, json_decode, json_error
+from infra import access
+from infra.jsonio import JsonInputError, json_decode, json_error
 from rag.documents.models import Job, Source, SourceKind
 from rag.documents.selectors import job_as_dict, job_get, jobs_recent
 from rag.documents.services import (

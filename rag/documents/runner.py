@@ -8,7 +8,7 @@ one the retriever searches, so the server answers from the new build as soon as 
 the store swaps its in-memory copy in the same step).
 
 In the server it is started like the live-settings task: `job_runner_task` is one of the tasks
-`concurrency.worker_tasks.WorkerTasksMiddleware` starts on the first connection (daphne has no start-up hook) or
+`infra.worker_tasks.WorkerTasksMiddleware` starts on the first connection (daphne has no start-up hook) or
 at lifespan start-up (uvicorn), and restarts after a crash. It runs where
 ``settings.RAG_JOB_RUNNER`` is true (default: ``RAG_PRELOAD``, i.e. in the process that takes the store first).
 """
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from concurrency.worker_tasks import WorkerTask
+from infra.worker_tasks import WorkerTask
 from rag.documents.backfill import backfill_job_execute
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import BackfillJob, IndexJob, Job

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from django.db import close_old_connections
 
-from concurrency.writer_thread import WriterThread
+from infra.writer_thread import WriterThread
 from rag.retrieval.embedding import AsyncEmbedder, Embedder
 from rag.retrieval.store import IndexVersion
 from rag.rules.terms import strip_question_words

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Status, StatusCode
 
-from concurrency.writer_thread import WriterThread
+from infra.writer_thread import WriterThread
 from rag.telemetry.record import FinishedTrace, GenerationRecord, ScoreJob, ScoreRecord, client_ref_for
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from concurrency.writer_thread import WriterThread
+from infra.writer_thread import WriterThread
 from rag.telemetry.record import FinishedTrace, ScoreJob, ScoreRecord
 
 logger = logging.getLogger(__name__)

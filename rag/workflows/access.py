@@ -1,7 +1,7 @@
 """Who may use the workflow APIs: active staff; changes also need the draft change permission.
 
 Every entry point of this app goes through `staff_api` (the admin pages through `admin_site.admin_view`), the
-project's one access check (`concurrency.access`): sessions only, CSRF-checked on writes, refusals JSON 403,
+project's one access check (`infra.access`): sessions only, CSRF-checked on writes, refusals JSON 403,
 never a login redirect: the builder's scripts and tests read them.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from concurrency.access import Policy, Rule
-from concurrency.access import staff_api as _checked
+from infra.access import Policy, Rule
+from infra.access import staff_api as _checked
 
 CHANGE_PERMISSION = "rag_workflows.change_workflowdraft"
 

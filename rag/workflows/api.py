@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from concurrency.jsonio import JsonInputError, json_decode, json_error
+from infra.jsonio import JsonInputError, json_decode, json_error
 from prompts.models import Prompt
 from rag.engine import WorkflowError
 from rag.events import SOURCE, TERMINAL_CHANNELS, Event

@@ -12,7 +12,7 @@ processes, so each check reads the published drafts' (backend, id, version) from
 indexed query of at most two rows. Either way the reads run on one dedicated thread, never on the event loop,
 and a publish made in this process wakes its task at once.
 
-It is `workflow_sync_task`, one of the tasks `concurrency.worker_tasks.WorkerTasksMiddleware` starts around the
+It is `workflow_sync_task`, one of the tasks `infra.worker_tasks.WorkerTasksMiddleware` starts around the
 ASGI application (daphne has no start-up hook, so it starts on the first connection); call
 `workflow_sync_preload()` at start-up so the first requests already run what is published.
 """
@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.cache import cache, caches
 from django.db import close_old_connections
 
-from concurrency.worker_tasks import WorkerTask
+from infra.worker_tasks import WorkerTask
 from rag.engine import WorkflowDefinition
 from rag.provider import RuntimeGetter, get_runtime
 from rag.runtime import BACKENDS, PipelineRuntime

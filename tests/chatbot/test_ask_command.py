@@ -20,9 +20,9 @@ from django.core.management import CommandError, call_command
 
 from chatbot.management.commands import ask as ask_command
 from chatbot.models import Message
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.server_address import SERVER_FILE, server_address
-from tests.concurrency.simulator.fixtures import wait_idle_blocking
+from tests.devtools.simulator.fixtures import wait_idle_blocking
 from tests.rag.pipeline.conftest import pipeline_simulator  # noqa: F401 - fixture, used by name
 
 ROOT = Path(__file__).resolve().parents[2]

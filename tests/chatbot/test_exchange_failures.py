@@ -6,7 +6,7 @@ import pytest
 
 from chatbot import streaming
 from chatbot.models import Message
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.rag.llm.conftest import AttemptLog, attempts, manager  # noqa: F401 - fixtures, used by name
 from tests.rag.pipeline.conftest import (  # noqa: F401 - fixtures, used by name
     RuntimeFactory,

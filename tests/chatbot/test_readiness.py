@@ -14,7 +14,7 @@ import pytest
 from django.test import AsyncClient
 
 from chatbot import lifecycle, readiness
-from concurrency.simulator.testing import SimulatorProcess, free_port
+from devtools.simulator.testing import SimulatorProcess, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, running_workers, worker_env
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from channels.testing import ApplicationCommunicator
 
 from chatbot.models import Conversation, Message
 from chatbot.streaming import pending_records
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.chatbot.helpers import (
     CANCELLED_WITHIN,
     EVENT_TIMEOUT,

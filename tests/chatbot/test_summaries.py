@@ -9,7 +9,7 @@ import pytest
 
 from chatbot import streaming, summaries
 from chatbot.models import Conversation
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.rag.llm.conftest import attempts, manager  # noqa: F401 - fixtures, used by name
 from tests.rag.pipeline.conftest import (  # noqa: F401 - fixtures, used by name
     RuntimeFactory,

@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 
 from chatbot.models import Conversation, Message
 from chatbot.streaming import pending_records
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.chatbot.helpers import (
     CANCELLED_WITHIN,
     EVENT_TIMEOUT,

@@ -17,7 +17,7 @@ import pytest
 
 from concurrency.live import settings_current, settings_forget
 from concurrency.manager import LLMConcurrencyManager, get_manager, set_manager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.llm.client import aclose_clients
 from rag.wiring import get_runtime, reset_runtime
 from tests.rag.llm.conftest import wait_idle

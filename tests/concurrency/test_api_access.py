@@ -8,10 +8,10 @@ import pytest
 from django.contrib.auth.models import User
 
 from chatbot.apikeys.services import api_key_create
-from concurrency.access import SCOPE_READ
 from concurrency.live import register_stats_provider, worker_id
 from concurrency.manager import get_manager
 from concurrency.selectors import auxiliary_skipped_summary, workers_summary
+from infra.access import SCOPE_READ
 from tests.concurrency.manager_helpers import fresh_process_state
 
 STATUS = "/api/v1/admin/concurrency/status"
@@ -85,7 +85,7 @@ def test_the_bearer_token_opens_the_apis_when_configured(client, settings, url) 
 
 @pytest.mark.parametrize("url", ENDPOINTS)
 def test_the_apis_go_through_the_shared_access_check(client, url) -> None:
-    # an API key is one of the credentials of `concurrency.access`, tested there in full
+    # an API key is one of the credentials of `infra.access`, tested there in full
     key = api_key_create(name="script", scopes=[SCOPE_READ]).secret
     chat_key = api_key_create(name="chat", scopes=["chat"]).secret
 

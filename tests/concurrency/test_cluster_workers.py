@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests import daphne_workers
 from tests.concurrency.cluster_redis import suite_redis_url
 from tests.daphne_workers import Worker, running_workers

@@ -29,7 +29,7 @@ from concurrency.manager import get_manager, reset_manager
 from concurrency.models import ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
-from concurrency.worker_tasks import WorkerTasksMiddleware
+from infra.worker_tasks import WorkerTasksMiddleware
 from tests.asgi_doubles import receive_unused, send_unused
 from tests.concurrency.manager_helpers import fresh_process_state
 from tests.waiting import until

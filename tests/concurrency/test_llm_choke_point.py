@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.rag.pipeline.conftest import (  # noqa: F401 - fixtures, used by name
     RuntimeFactory,
     ask,

@@ -9,10 +9,10 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from concurrency import access
-from concurrency.access import bearer_key_checker_set
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
+from infra import access
+from infra.access import bearer_key_checker_set
 from tests.concurrency.manager_helpers import fresh_process_state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.concurrency.urls")]

@@ -11,7 +11,7 @@ import pytest
 
 from concurrency.context import RequestContext, current_request_context, live_request_contexts
 from concurrency.manager import LLMConcurrencyManager, LLMPermit
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.events import Event
 from rag.runtime import AskRequest, PipelineRun
 from tests.rag.pipeline.conftest import (  # noqa: F401 - fixtures, used by name

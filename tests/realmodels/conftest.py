@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from concurrency.simulator.testing import free_port
+from devtools.simulator.testing import free_port
 from scripts.real_models import (
     E5_DIM,
     E5_MODEL,

@@ -19,7 +19,7 @@ from django.test import AsyncClient
 
 from chatbot import readiness
 from concurrency.manager import LLMConcurrencyManager, set_manager
-from concurrency.simulator.testing import free_port
+from devtools.simulator.testing import free_port
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.evaluation.metrics import AnswerRecord
 from rag.events import Event

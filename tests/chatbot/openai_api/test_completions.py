@@ -16,7 +16,7 @@ from chatbot.models import Conversation, Message
 from chatbot.openai_api import consumers
 from chatbot.streaming import ChatExchange, pending_records
 from concurrency.selectors import concurrency_status
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.chatbot.openai_api.conftest import MakeKey
 from tests.chatbot.openai_api.helpers import COMPLETIONS, api_request, api_start, chunks_of, completion_body
 from tests.concurrency.llm_app import (

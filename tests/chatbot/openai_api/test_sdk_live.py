@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
 
 pytestmark = pytest.mark.slow

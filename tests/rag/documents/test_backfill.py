@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 
 from concurrency.manager import LLMConcurrencyManager, reset_manager, set_manager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.documents.backfill import FAILURE_STREAK_LIMIT, backfill_job_execute
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import BackfillJob, Chunk, JobStatus

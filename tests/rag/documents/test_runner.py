@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import OperationalError
 
-from concurrency.worker_tasks import WorkerTasksMiddleware
+from infra.worker_tasks import WorkerTasksMiddleware
 from rag.documents import runner as runner_module
 from rag.documents.models import IndexJob, JobRunnerHeartbeat, JobStatus
 from rag.documents.runner import JobContext, JobRunner, job_runner_task

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from prompts.catalogue import CATALOGUE, PRODUCTION
 from prompts.services import prompt_cache_invalidate, prompt_version_create
 from rag.evaluation.runner import JUDGE_PROMPT

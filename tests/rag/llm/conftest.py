@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager, set_manager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.llm.client import aclose_clients
 from rag.llm.config import HTTP_CLIENTS, HttpClient

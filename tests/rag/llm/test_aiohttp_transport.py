@@ -20,7 +20,7 @@ import pytest
 from openai import APIConnectionError, APITimeoutError, AsyncOpenAI, DefaultAioHttpClient, OpenAIError
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess, free_port
+from devtools.simulator.testing import SimulatorProcess, free_port
 from rag.errors import UpstreamError, UpstreamTimeout
 from rag.llm import CallPolicyConfig, LLMBackend, LLMDelta
 from rag.llm.client import ClientKey, get_client

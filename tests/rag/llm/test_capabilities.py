@@ -11,7 +11,7 @@ from typing import Literal
 import openai
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.errors import UpstreamError, UpstreamTimeout
 from rag.llm import InvalidLLMOutput, StructuredOutput
 from rag.llm.capabilities import ParameterRefused, PrefillSpeed, refused_parameter

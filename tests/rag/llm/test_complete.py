@@ -7,7 +7,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import Field
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.errors import UpstreamError
 from rag.llm import InvalidLLMOutput, StructuredOutput
 from rag.llm.backends import ChatBackend, _read_reply

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.errors import UpstreamError
 from rag.llm import OpenAIEmbedder
 from tests.rag.llm.conftest import SIM_FLAGS, BackendFactory

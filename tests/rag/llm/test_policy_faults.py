@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess, free_port
+from devtools.simulator.testing import SimulatorProcess, free_port
 from rag.errors import Busy, UpstreamError, UpstreamTimeout
 from rag.llm import LLMBackend, LLMDelta
 from rag.llm.backends import ChatBackend

@@ -11,7 +11,7 @@ import pytest
 from concurrency.cluster import ClusterManager
 from concurrency.context import request_scope
 from concurrency.manager import LLMConcurrencyManager, set_manager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.errors import SlotUnavailable
 from rag.llm.policy import SlotTerms
 from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url

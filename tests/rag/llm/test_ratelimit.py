@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.errors import Busy
 from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, VirtualTime

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from openai import APIError
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.errors import UpstreamError
 from rag.llm.client import ClientKey, get_client
 from rag.llm.config import HttpClient

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.llm import LLMBackend, LLMDelta
 from rag.state import Usage
 from tests.rag.llm.conftest import USER, BackendFactory

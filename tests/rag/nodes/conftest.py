@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.prompting.prompts import CataloguePrompts
 from tests.rag.llm.conftest import (  # noqa: F401 - fixtures, used by name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.nodes.followup_transform import FollowupTransform
 from rag.nodes.response_synth import EVERY_TURN, ResponseSynth
 from rag.prompting.prompts import CataloguePrompts

@@ -3,7 +3,7 @@ translation keeps the question as asked and says so."""
 
 from __future__ import annotations
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.nodes.language_normalizer import LanguageNormalizer
 from rag.prompting.prompts import CataloguePrompts
 from tests.rag.llm.conftest import BackendFactory

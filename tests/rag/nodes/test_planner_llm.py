@@ -10,7 +10,7 @@ import pytest
 
 from concurrency.context import request_scope
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.deps import PromptSnapshot
 from rag.nodes.planner import PLAN_SCHEMA, Planner
 from rag.prompting.prompts import CataloguePrompts

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.nodes.query_builder import VARIATION_SCHEMA, QueryBuilder
 from rag.prompting.prompts import CataloguePrompts
 from tests.rag.llm.conftest import BackendFactory

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.branding.texts import DEFAULT_EN
 from rag.deps import PipelineConfig
 from rag.errors import UpstreamError

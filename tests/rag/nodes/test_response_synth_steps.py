@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.nodes.response_synth import ResponseSynth
 from rag.prompting.prompts import CataloguePrompts
 from rag.retrieval.embedding import LexicalEmbedder

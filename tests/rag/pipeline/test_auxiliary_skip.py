@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.engine import WorkflowDefinition
 from rag.runtime import AskRequest
 from rag.workflows.default import DEFAULT_WORKFLOW

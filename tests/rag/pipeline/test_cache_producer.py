@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.nodes import build_registry

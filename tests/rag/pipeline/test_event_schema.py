@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.events import CHANNELS, EVENT_TYPES, Event, Summary
 from rag.nodes import build_registry

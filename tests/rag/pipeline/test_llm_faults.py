@@ -9,7 +9,7 @@ import time
 import pytest
 
 from concurrency.manager import LLMConcurrencyManager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.runtime import AskRequest
 from tests.rag.llm.conftest import AttemptLog, wait_idle
 from tests.rag.pipeline.conftest import RuntimeFactory, ask, check_stream, usage_total

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.state import Turn
 from tests.rag.pipeline.conftest import RETRIEVAL_PATH, RuntimeFactory, ask, check_stream, usage_total
 

@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from concurrency.manager import LLMConcurrencyManager, set_manager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.documents.indexing import index_job_execute
 from rag.documents.models import IndexJob, JobStatus
 from rag.documents.services import index_job_create, job_claim

@@ -15,7 +15,7 @@ import pytest
 
 from concurrency.live import settings_forget
 from concurrency.manager import reset_manager
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from rag.events import Event
 from rag.llm.client import aclose_clients
 from rag.runtime import AskRequest

@@ -59,7 +59,7 @@ def test_posts_need_the_csrf_token_like_the_rest_of_the_admin(staff_user: User) 
     client.force_login(staff_user)
     response = post_json(client, "/api/v1/rag/workflows/drafts", {"name": "mine", "copy_default": True})
     assert response.status_code == 403
-    assert "CSRF" in response.json()["error"]["message"]  # the shared check's JSON refusal (concurrency.access)
+    assert "CSRF" in response.json()["error"]["message"]  # the shared check's JSON refusal (infra.access)
 
 
 def test_the_builder_page_is_an_admin_page(admin_client: Client, client: Client) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from concurrency.worker_tasks import WorkerTasksMiddleware
+from infra.worker_tasks import WorkerTasksMiddleware
 from rag.deps import PipelineDeps
 from rag.nodes import build_registry
 from rag.runtime import AskRequest, PipelineRuntime

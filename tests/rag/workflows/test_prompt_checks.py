@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.test import AsyncClient
 
-from concurrency.simulator.testing import SimulatorProcess
+from devtools.simulator.testing import SimulatorProcess
 from prompts.catalogue import CATALOGUE, PRODUCTION
 from prompts.errors import PromptPublishBlocked
 from prompts.models import Prompt
