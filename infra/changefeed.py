@@ -14,8 +14,8 @@ this process is dispatched here at once, without waiting for either.
 A handler is told only the topic: it reads what it follows itself (a version, a revision, a signature) and applies
 it, so a notice delivered twice or late costs one cheap read and never a wrong state. Handlers are async (run on
 the loop) or sync (run on one of the watcher's threads), each bounded by its timeout; a crash or a timeout is
-logged and the watcher carries on. A change that arrives while a handler of its topic runs runs it once more
-afterwards, never twice at the same time.
+logged and the handler runs again after a backoff (what failed was not taken in), while the watcher carries on. A
+change that arrives while a handler of its topic runs runs it once more afterwards, never twice at the same time.
 
 Adding a kind of live configuration: a topic name, `publish_on_commit(topic)` where it is written, and
 `on_change(topic, handler)` where the app is assembled (`chatbot/asgi.py`).
@@ -67,6 +67,8 @@ POLL_INTERVAL = 0.5  # the table read without Redis: a change reaches every work
 SAFETY_INTERVAL = 5.0  # the table read while Redis notices arrive
 REDIS_CHECK_INTERVAL = 1.0  # the MGET of the generation keys while Redis notices arrive
 DEFAULT_TIMEOUT = 10.0
+RETRY_DELAY = 0.5
+RETRY_MAX = 30.0
 _TICK = 0.1  # longest the loop sleeps: bounds how late a finished read is looked at
 _REDIS_TIMEOUT = 1.0
 _HANDLER_THREADS = 4
@@ -224,6 +226,7 @@ class ChangeWatcher:
     poll_interval: float = POLL_INTERVAL
     safety_interval: float = SAFETY_INTERVAL
     redis_check_interval: float = REDIS_CHECK_INTERVAL
+    retry_delay: float = RETRY_DELAY  # after a handler failed; doubled per failure in a row, up to RETRY_MAX
     dispatched: Counter[str] = field(default_factory=Counter)  # topic -> handler runs started
     failures: int = 0  # handler runs that raised or timed out
     table_reads: int = 0
@@ -312,23 +315,30 @@ class ChangeWatcher:
                 task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, subscription: Subscription, run: _Run) -> None:
+        failures = 0
         try:
             while True:
                 run.again = False
                 self.dispatched[subscription.topic] += 1
-                await self._call(subscription)
-                if not run.again:
-                    return
+                if await self._call(subscription):
+                    failures = 0
+                    if not run.again:
+                        return
+                    continue
+                # What failed is not taken in yet (a database blip, a timeout): run it again, backing off.
+                failures += 1
+                await asyncio.sleep(min(RETRY_MAX, self.retry_delay * 2 ** (failures - 1)))
         finally:
             if self._runs.get(subscription) is run:
                 del self._runs[subscription]
 
-    async def _call(self, subscription: Subscription) -> None:
+    async def _call(self, subscription: Subscription) -> bool:
+        """One run of a handler, bounded by its timeout; False when it failed or timed out (logged)."""
         topic, timeout = subscription.topic, subscription.timeout
         try:
             if subscription.is_async:
                 await asyncio.wait_for(subscription.handler(topic), timeout)
-                return
+                return True
             loop = asyncio.get_running_loop()
             future = loop.run_in_executor(self._handlers, _handler_call, subscription, topic)
             done, _ = await asyncio.wait({future}, timeout=timeout)
@@ -337,12 +347,14 @@ class ChangeWatcher:
                 logger.error("change feed: %s for %r still runs after %g s", subscription.name, topic, timeout)
                 done, _ = await asyncio.wait({future}, timeout=timeout)
             future.result()
+            return True
         except TimeoutError:
             self.failures += 1
             logger.error("change feed: %s for %r timed out after %g s", subscription.name, topic, timeout)
         except Exception:
             self.failures += 1
             logger.exception("change feed: %s for %r failed", subscription.name, topic)
+        return False
 
     # -------------------------------------------------------------------------------------------- the table
 

@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
-
 from concurrency.manager import get_manager
 from infra.identity import worker_id, worker_started_at
 from infra.redis_client import redis_config, redis_sync_client
@@ -27,8 +25,6 @@ __all__ = [
     "WORKER_TTL_SECONDS",
     "redis_config",
     "register_stats_provider",
-    "settings_channel",
-    "settings_publish",
     "worker_id",
     "worker_key",
     "worker_stats",
@@ -99,10 +95,6 @@ def worker_stats(*, queue_head: int = 5) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- Redis
 
 
-def settings_channel(prefix: str) -> str:
-    return f"{prefix}:concurrency:settings"
-
-
 def worker_key(prefix: str, wid: str) -> str:
     return f"{prefix}:concurrency:workers:{wid}"
 
@@ -111,29 +103,13 @@ def workers_index_key(prefix: str) -> str:
     return f"{prefix}:concurrency:workers"
 
 
-def settings_publish(snapshot: SettingsSnapshot) -> bool:
-    """Tell every worker about a committed change (blocking: call from a thread, e.g. a sync view's)."""
-    url, prefix = redis_config()
-    if not url:
-        return False
-    import redis  # heavy: see _sync_client
-
-    try:
-        redis_sync_client(url).publish(settings_channel(prefix), snapshot.to_json())
-    except (redis.RedisError, OSError) as exc:
-        # Not fatal: every worker also polls the database version.
-        logger.warning("could not publish LLM concurrency settings v%s to Redis: %s", snapshot.version, exc)
-        return False
-    return True
-
-
 def workers_read(*, max_age: float = 30.0) -> list[dict[str, Any]]:
     """Every worker that published lately, by worker id (blocking: call from a thread). [] without Redis or
     when Redis does not answer."""
     url, prefix = redis_config()
     if not url:
         return []
-    import redis  # heavy: see _sync_client
+    import redis  # heavy (~150 ms): paid only by a process configured with Redis
 
     try:
         client = redis_sync_client(url)

@@ -160,7 +160,7 @@ async def test_a_change_by_another_process_arrives_through_the_table(watching) -
     assert seen == ["t.other", "t.other"]
 
 
-async def test_a_crashing_handler_is_logged_and_the_watcher_carries_on(watching, caplog) -> None:
+async def test_a_crashing_handler_is_logged_and_the_others_still_run(watching, caplog) -> None:
     registry, watcher = watching
     seen: list[str] = []
 
@@ -169,13 +169,33 @@ async def test_a_crashing_handler_is_logged_and_the_watcher_carries_on(watching,
 
     registry.on_change("t.crash", broken)
     registry.on_change("t.crash", lambda topic: seen.append(topic))
-    await until(lambda: seen == ["t.crash"] and watcher.failures == 1, within=2)
+    await until(lambda: seen == ["t.crash"] and watcher.failures >= 1, within=2)
 
     await asyncio.to_thread(publish, "t.crash")
 
-    await until(lambda: seen == ["t.crash", "t.crash"] and watcher.failures == 2, within=1)
+    await until(lambda: seen == ["t.crash", "t.crash"], within=1)
     assert "broken for 't.crash' failed" in caplog.text
     assert "boom" in caplog.text
+
+
+async def test_a_failed_handler_runs_again_without_a_new_change(no_redis) -> None:
+    registry = Registry()
+    calls: list[str] = []
+
+    async def flaky(topic: str) -> None:
+        calls.append(topic)
+        if len(calls) < 3:
+            raise ConnectionError("the database blinked")
+
+    registry.on_change("t.retry", flaky)
+    watcher = change_watch_start(ChangeWatcher(registry=registry, poll_interval=60, retry_delay=0.05))
+    try:
+        await until(lambda: len(calls) == 3, within=2)  # once at start, then twice more, nothing published
+        await asyncio.sleep(0.3)
+        assert len(calls) == 3  # it took the change in: no more runs
+        assert watcher is not None and watcher.failures == 2
+    finally:
+        await change_watch_stop()
 
 
 async def test_a_handler_past_its_timeout_is_given_up_and_others_still_run(watching, caplog) -> None:
@@ -189,7 +209,7 @@ async def test_a_handler_past_its_timeout_is_given_up_and_others_still_run(watch
 
     registry.on_change("t.slow", hangs, timeout=0.1)
     registry.on_change("t.quick", lambda topic: seen.append(topic))
-    await until(lambda: watcher.failures == 1, within=2)
+    await until(lambda: watcher.failures >= 1, within=2)
     assert started.is_set()
     assert "hangs for 't.slow' timed out after 0.1 s" in caplog.text
 
