@@ -25,6 +25,7 @@ from chatbot.routing import build_application  # noqa: E402 (needs Django set up
 from concurrency.live import SETTINGS_TOPIC, live_settings_enabled, settings_follow, worker_stats_task  # noqa: E402
 from infra.changefeed import change_watch_task, on_change  # noqa: E402
 from infra.worker_tasks import WorkerTasksMiddleware  # noqa: E402
+from prompts.memory import PROMPTS_TOPIC, prompts_follow  # noqa: E402
 from rag.documents.runner import job_runner_task  # noqa: E402
 from rag.provider import provide_runtime  # noqa: E402
 from rag.replica import REPLICA_TIMEOUT, REPLICA_TOPICS, replica_follow, replica_sync_enabled  # noqa: E402
@@ -44,6 +45,7 @@ provide_runtime(get_runtime)
 # and the handler that takes it in here. One watcher per worker runs them all.
 on_change(SETTINGS_TOPIC, settings_follow, enabled=live_settings_enabled)
 on_change(WORKFLOWS_TOPIC, workflow_follow, enabled=workflow_sync_enabled)
+on_change(PROMPTS_TOPIC, prompts_follow)
 for topic in REPLICA_TOPICS:
     on_change(topic, replica_follow, enabled=replica_sync_enabled, timeout=REPLICA_TIMEOUT)
 

@@ -310,7 +310,6 @@ if bool(LANGFUSE_PUBLIC_KEY) != bool(LANGFUSE_SECRET_KEY):
 
 # --- prompts ----------------------------------------------------------------------------------------------
 PROMPT_SOURCE = env_choice("PROMPT_SOURCE", "database", ("database", "langfuse"))
-PROMPT_CACHE_CHECK_INTERVAL = env_float("PROMPT_CACHE_CHECK_INTERVAL", 1.0, minimum=0.0)
 PROMPT_LANGFUSE_TIMEOUT = env_float("PROMPT_LANGFUSE_TIMEOUT", 2.0, minimum=0.1)
 PROMPT_LANGFUSE_CACHE_TTL = env_float("PROMPT_LANGFUSE_CACHE_TTL", 60.0, minimum=0.0)
 PROMPT_LANGFUSE_WARNING_INTERVAL = env_float("PROMPT_LANGFUSE_WARNING_INTERVAL", 60.0, minimum=0.0)
