@@ -22,8 +22,14 @@ django_application = ASGIStaticFilesHandler(get_asgi_application())
 from chatbot.gaps_task import gaps_refresh_task  # noqa: E402
 from chatbot.retention import retention_task  # noqa: E402
 from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
-from concurrency.live import SETTINGS_TOPIC, live_settings_enabled, settings_follow, worker_stats_task  # noqa: E402
-from infra.changefeed import change_watch_task, on_change  # noqa: E402
+from concurrency.live import (  # noqa: E402
+    SETTINGS_TOPIC,
+    live_settings_enabled,
+    register_stats_provider,
+    settings_follow,
+    worker_stats_task,
+)
+from infra.changefeed import change_watch_stats, change_watch_task, on_change  # noqa: E402
 from infra.worker_tasks import WorkerTasksMiddleware  # noqa: E402
 from prompts.memory import PROMPTS_TOPIC, prompts_follow  # noqa: E402
 from rag.documents.runner import job_runner_task  # noqa: E402
@@ -48,6 +54,7 @@ on_change(WORKFLOWS_TOPIC, workflow_follow, enabled=workflow_sync_enabled)
 on_change(PROMPTS_TOPIC, prompts_follow)
 for topic in REPLICA_TOPICS:
     on_change(topic, replica_follow, enabled=replica_sync_enabled, timeout=REPLICA_TIMEOUT)
+register_stats_provider("change_feed", change_watch_stats)
 
 # Each worker runs its background tasks, started on its first connection (daphne has no start-up hook), each
 # unless its setting switches it off: the change feed's watcher (a saved setting, a published workflow, a reindex,

@@ -48,6 +48,7 @@ __all__ = [
     "Registry",
     "change_watch_enabled",
     "change_watch_start",
+    "change_watch_stats",
     "change_watch_stop",
     "change_watch_task",
     "feed_channel",
@@ -495,3 +496,16 @@ def change_watch_start(watcher: ChangeWatcher | None = None) -> ChangeWatcher | 
 
 async def change_watch_stop() -> None:
     await change_watch_task.stop()
+
+
+def change_watch_stats() -> dict[str, Any]:
+    """What this worker's watcher did (for the console's per-worker stats); {} when it does not run."""
+    watcher = change_watch_task.running()
+    if watcher is None:
+        return {}
+    return {
+        "listening": watcher.listening,
+        "dispatched": dict(watcher.dispatched),
+        "failures": watcher.failures,
+        "table_reads": watcher.table_reads,
+    }

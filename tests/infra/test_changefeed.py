@@ -92,7 +92,7 @@ def test_publishing_with_redis_bumps_the_key_and_sends_a_notice(redis_prefix) ->
             publish_on_commit("t.redis")
         publish("t.redis")
 
-        notices = []
+        notices: list[bytes] = []
         deadline = time.monotonic() + 2
         while len(notices) < 2 and time.monotonic() < deadline:
             message = pubsub.get_message(timeout=0.2)
@@ -116,7 +116,7 @@ def test_publishing_without_a_database_table_row_or_redis_still_reaches_the_tabl
 
 
 async def test_the_watcher_runs_every_handler_once_at_start(watching) -> None:
-    registry, watcher = watching
+    registry, _watcher = watching
     seen: list[str] = []
 
     async def first(topic: str) -> None:
@@ -147,7 +147,7 @@ async def test_a_publish_in_this_process_is_dispatched_at_once(no_redis) -> None
 
 
 async def test_a_change_by_another_process_arrives_through_the_table(watching) -> None:
-    registry, watcher = watching
+    registry, _watcher = watching
     seen: list[str] = []
     registry.on_change("t.other", lambda topic: seen.append(topic))
     await until(lambda: seen == ["t.other"], within=2)
