@@ -114,7 +114,7 @@ class WorkflowSync:
         try:
             result = _read(known_signature=None)
         except Exception as exc:
-            logger.warning("reading the published workflows at start-up failed (%s); the sync task retries", exc)
+            logger.warning("reading the published workflows at start-up failed (%s); the change feed retries", exc)
             return False
         finally:
             close_old_connections()

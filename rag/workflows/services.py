@@ -1,7 +1,7 @@
 """Writes: creating, saving (every save is archived), validating, restoring, publishing and unpublishing drafts.
 
-Publishing changes what serves traffic: after the transaction commits, every worker is told (a generation
-number in Django's cache, and this worker's sync task is woken) and switches within a second.
+Publishing changes what serves traffic: after the transaction commits, every worker is told (the change
+feed's `WORKFLOWS_TOPIC`, dispatched in this worker at once) and switches within a second.
 """
 
 from __future__ import annotations
