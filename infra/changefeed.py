@@ -291,8 +291,11 @@ class ChangeWatcher:
             await asyncio.wait(tasks, timeout=1.0)
         self._runs.clear()
         if self._reader is not None:
-            self._reader.submit(connections.close_all)
+            # The reader thread's connection is closed on that thread, behind a read in flight; bounded.
+            closed = asyncio.wrap_future(self._reader.submit(connections.close_all))
             self._reader.shutdown(wait=False, cancel_futures=False)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(closed, 1.0)
         if self._handlers is not None:
             self._handlers.shutdown(wait=False, cancel_futures=True)
         await self._redis_close()
