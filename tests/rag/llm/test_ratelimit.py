@@ -157,14 +157,14 @@ async def test_llm_rpm_limit_holds_for_two_workers_sharing_redis(
         settings.REDIS_URL, settings.REDIS_PREFIX, settings.LLM_CLUSTER_LIMITS = url, prefix, True
         settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_RPM_LIMIT = sim.base_url, "test", 2
         # two workers' backends, built as each worker builds its own: a policy and a Redis client each
-        workers = [build_llm_backend() for _ in range(2)]
-        assert all(worker is not None for worker in workers)
-        await workers[0].complete(backend="chat", node="n", messages=USER)  # type: ignore[union-attr]
-        await workers[1].complete(backend="chat", node="n", messages=USER)  # type: ignore[union-attr]
+        workers = [backend for backend in (build_llm_backend(), build_llm_backend()) if backend is not None]
+        assert len(workers) == 2
+        await workers[0].complete(backend="chat", node="n", messages=USER)
+        await workers[1].complete(backend="chat", node="n", messages=USER)
         # The cluster's two a minute are used: the third call, on either worker, is refused before it is sent
         # (its spot is a minute away, past the manager's 5 s wait bound).
         for worker in workers:
             with pytest.raises(Busy) as info:
-                await worker.complete(backend="chat", node="n", messages=USER)  # type: ignore[union-attr]
+                await worker.complete(backend="chat", node="n", messages=USER)
             assert 50 < (info.value.retry_after or 0) <= 60
         assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 2
