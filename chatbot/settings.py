@@ -245,7 +245,8 @@ LLM_MAX_WAITERS = env_int("LLM_MAX_WAITERS", 200, minimum=0)
 # permits from Redis, as leases a dead worker gives back within LLM_PERMIT_LEASE_SECONDS. Off: per-worker limits.
 LLM_CLUSTER_LIMITS = env_bool("LLM_CLUSTER_LIMITS", True)
 LLM_PERMIT_LEASE_SECONDS = env_float("LLM_PERMIT_LEASE_SECONDS", 5.0, minimum=2.5, maximum=60.0)
-LLM_RPM_LIMIT = env_int("LLM_RPM_LIMIT", 0, minimum=0)  # requests per minute per backend, 0 = unlimited
+# Requests per minute per backend, 0 = unlimited: the cluster's with Redis (as LLM_CLUSTER_LIMITS), else per worker.
+LLM_RPM_LIMIT = env_int("LLM_RPM_LIMIT", 0, minimum=0)
 LLM_RETRY_MAX_ATTEMPTS = env_int("LLM_RETRY_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 LLM_RETRY_BASE_SECONDS = env_float("LLM_RETRY_BASE_SECONDS", 1.0, minimum=0.0)
 LLM_RETRY_MAX_SECONDS = env_float("LLM_RETRY_MAX_SECONDS", 60.0, minimum=0.0)
