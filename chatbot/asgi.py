@@ -22,6 +22,7 @@ django_application = ASGIStaticFilesHandler(get_asgi_application())
 from chatbot.gaps_task import gaps_refresh_task  # noqa: E402
 from chatbot.retention import retention_task  # noqa: E402
 from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
+from chatbot.sites.selectors import memory as sites_memory  # noqa: E402
 from concurrency.live import (  # noqa: E402
     SETTINGS_TOPIC,
     live_settings_enabled,
@@ -32,6 +33,7 @@ from concurrency.live import (  # noqa: E402
 from infra.changefeed import change_watch_stats, change_watch_task, on_change  # noqa: E402
 from infra.worker_tasks import WorkerTasksMiddleware  # noqa: E402
 from prompts.memory import PROMPTS_TOPIC, prompts_follow  # noqa: E402
+from rag.branding.memory import memory as branding_memory  # noqa: E402
 from rag.documents.runner import job_runner_task  # noqa: E402
 from rag.provider import provide_runtime  # noqa: E402
 from rag.replica import REPLICA_TIMEOUT, REPLICA_TOPICS, replica_follow, replica_sync_enabled  # noqa: E402
@@ -52,6 +54,8 @@ provide_runtime(get_runtime)
 on_change(SETTINGS_TOPIC, settings_follow, enabled=live_settings_enabled)
 on_change(WORKFLOWS_TOPIC, workflow_follow, enabled=workflow_sync_enabled)
 on_change(PROMPTS_TOPIC, prompts_follow)
+on_change(branding_memory.topic, branding_memory.drop)
+on_change(sites_memory.topic, sites_memory.drop)
 for topic in REPLICA_TOPICS:
     on_change(topic, replica_follow, enabled=replica_sync_enabled, timeout=REPLICA_TIMEOUT)
 register_stats_provider("change_feed", change_watch_stats)

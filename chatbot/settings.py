@@ -197,7 +197,6 @@ RAG_REPLICA_SYNC = env_bool("RAG_REPLICA_SYNC", True)
 # The organisation's own documents. The demo (`manage.py demo load`) copies its documents here, and removes them.
 CORPUS_DIR = Path(env_str("CORPUS_DIR", str(DATA_DIR / "corpus"))).resolve()
 CORPUS_DIR.mkdir(parents=True, exist_ok=True)
-BRANDING_CHECK_INTERVAL = env_float("BRANDING_CHECK_INTERVAL", 1.0, minimum=0.0)
 # Website sources (`manage.py source add`): the user agent robots.txt rules are read for, and each page's bounds.
 SOURCE_CRAWL_USER_AGENT = env_str("SOURCE_CRAWL_USER_AGENT", "HelpCentreBot/1.0 (+self-hosted help-centre assistant)")
 SOURCE_CRAWL_MAX_BYTES = env_int("SOURCE_CRAWL_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
