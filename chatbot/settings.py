@@ -285,6 +285,8 @@ RAG_SEARCH_RRF_K = env_int("RAG_SEARCH_RRF_K", 60, minimum=1, maximum=10000)
 RAG_SEARCH_RESCORE_WEIGHT = env_float("RAG_SEARCH_RESCORE_WEIGHT", 0.1, minimum=0.0, maximum=100.0)
 # hybrid_weighted: (1 - w) * BM25 + w * cosine, each min-max normalised over its candidates
 RAG_SEARCH_DENSE_WEIGHT = env_float("RAG_SEARCH_DENSE_WEIGHT", 0.3, minimum=0.0, maximum=1.0)
+# sparse: how many of BM25's first passages are re-ranked by their best window of two sentences (0: none)
+RAG_SEARCH_RERANK_DEPTH = env_int("RAG_SEARCH_RERANK_DEPTH", 10, minimum=0, maximum=1000)
 # Questions across languages: the sparse query also asks for the English / zh-hant translations of the help-centre
 # terms it holds (a built-in glossary), each translation weighing RAG_CROSS_LANGUAGE_WEIGHT against 1 for the
 # question's own words (docs/benchmarks/cross_language.md).

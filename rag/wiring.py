@@ -260,6 +260,7 @@ def search_settings_from_settings(embedder: Any) -> tuple[Any, Any]:
         rrf_k=settings.RAG_SEARCH_RRF_K,
         rescore_weight=settings.RAG_SEARCH_RESCORE_WEIGHT,
         dense_weight=settings.RAG_SEARCH_DENSE_WEIGHT,
+        rerank_depth=settings.RAG_SEARCH_RERANK_DEPTH,
     )
 
 
