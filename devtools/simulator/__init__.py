@@ -10,8 +10,10 @@ Endpoints
     ``vllm:num_requests_waiting`` gauges labelled ``model_name``, vLLM token counters and TTFT / e2e
     histograms, ``llm_sim_*`` counters of requests, 429s, 5xx, aborts and drops per endpoint);
     ``GET /admin/stats`` (attempts, running, waiting, completed, aborted, dropped, by status and endpoint);
-    ``GET /admin/requests`` (the last 100 request bodies); ``GET|POST /admin/faults``; ``POST /admin/reset``
-    (zero the counters, restore the start-up faults and reseed the RNG).
+    ``GET /admin/requests`` (the last 100 request bodies); ``GET|POST /admin/faults``; ``GET|POST
+    /admin/config`` (the start-up settings but the faults: timing, lengths, ``max_num_seqs``, models...; a change
+    applies to the requests that start after it, a bad value is a 400 naming the field); ``POST /admin/reset``
+    (zero the counters, restore the start-up configuration and faults and reseed the RNG).
 
 Model of behaviour
     Scheduling: at most ``max_num_seqs`` sequences decode at once; later requests wait in FIFO order

@@ -62,6 +62,8 @@ class SimulatorApp:
             ("GET", "/admin/requests"): self._requests,
             ("GET", "/admin/faults"): self._get_faults,
             ("POST", "/admin/faults"): self._set_faults,
+            ("GET", "/admin/config"): self._get_config,
+            ("POST", "/admin/config"): self._set_config,
             ("POST", "/admin/reset"): self._reset,
         }
         route = simple.get((method, path))
@@ -130,13 +132,34 @@ class SimulatorApp:
             return
         await send_json(ctx.send, 200, faults.to_dict())
 
+    async def _get_config(self, ctx: RequestContext) -> None:
+        await send_json(ctx.send, 200, self.engine.config.engine_settings())
+
+    async def _set_config(self, ctx: RequestContext) -> None:
+        try:
+            changes = parse_json_body(await read_body(ctx.receive))
+            config = self.engine.configure(changes)
+        except ClientDisconnected:
+            return
+        except BadRequest as exc:
+            await send_json(ctx.send, 400, error_payload(400, exc.message))
+            return
+        except ConfigError as exc:
+            payload = error_payload(400, str(exc))
+            payload["error"]["param"] = exc.field
+            await send_json(ctx.send, 400, payload)
+            return
+        await send_json(ctx.send, 200, config.engine_settings())
+
     async def _reset(self, ctx: RequestContext) -> None:
         try:
             await read_body(ctx.receive)
         except ClientDisconnected:
             return
         self.engine.reset()
-        await send_json(ctx.send, 200, {"faults": self.engine.faults.config.to_dict(), **self.engine.snapshot()})
+        engine = self.engine
+        restored = {"config": engine.config.engine_settings(), "faults": engine.faults.config.to_dict()}
+        await send_json(ctx.send, 200, {**restored, **engine.snapshot()})
 
 
 def _now() -> float:

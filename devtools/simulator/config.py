@@ -217,3 +217,44 @@ class SimulatorConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def engine_settings(self) -> dict[str, Any]:
+        """What ``GET /admin/config`` shows: every field but the faults, which have ``/admin/faults``."""
+        return {name: getattr(self, name) for name in RUNTIME_FIELDS}
+
+    def updated(self, changes: Mapping[str, Any]) -> SimulatorConfig:
+        """A validated copy with ``changes`` applied (JSON from ``POST /admin/config``); unknown keys and faults
+        are errors naming the field."""
+        coerced: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key == "faults" or key in _FAULT_FIELDS:
+                raise ConfigError(key, "is a fault: set it through /admin/faults")
+            if key not in RUNTIME_FIELDS:
+                raise ConfigError(key, f"unknown config field (known: {', '.join(RUNTIME_FIELDS)})")
+            coerced[key] = _coerce_config_value(key, value)
+        new = dataclasses.replace(self, faults=self.faults.copy(), **coerced)
+        new.validate()
+        return new
+
+
+# The fields ``POST /admin/config`` may change while the simulator runs: all of SimulatorConfig but its faults.
+RUNTIME_FIELDS = tuple(f.name for f in dataclasses.fields(SimulatorConfig) if f.name != "faults")
+_FAULT_FIELDS = frozenset(f.name for f in dataclasses.fields(FaultConfig))
+_TEXT_FIELDS = frozenset({"model", "embedding_model"})
+_INT_FIELDS = frozenset(
+    {"max_num_seqs", "max_waiting", "output_tokens", "default_max_tokens", "reasoning_tokens", "embedding_dim", "seed"}
+)
+
+
+def _coerce_config_value(key: str, value: Any) -> Any:
+    """JSON to the field's type; ``validate`` then applies the command line's rules to the result."""
+    if key in _TEXT_FIELDS:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"must be a string, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(key, f"must be a number, got {value!r}")
+    try:
+        return _as_int(value) if key in _INT_FIELDS else float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"bad value {value!r}") from None

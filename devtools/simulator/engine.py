@@ -27,15 +27,32 @@ class Engine:
     """Everything one simulated server shares across requests."""
 
     def __init__(self, config: SimulatorConfig) -> None:
+        self._initial = config
         self.config = config
         self.scheduler = Scheduler(config.max_num_seqs, config.max_waiting)
         self.timing = TimingModel(config, self.scheduler)
         self.stats = Stats()
         self.faults = FaultInjector(config.faults, config.seed)
 
+    def configure(self, changes: Mapping[str, Any]) -> SimulatorConfig:
+        """Apply validated ``changes`` (SimulatorConfig fields but the faults) to the requests that start from now
+        on; one already started keeps its timing and length. Raises ConfigError, changing nothing, on a bad one."""
+        config = self.config.updated(changes)
+        self._apply(config)
+        if "seed" in changes:
+            self.faults.reseed(config.seed)
+        return config
+
     def reset(self) -> None:
+        """Zero the counters and return to the start-up configuration and faults (the RNG reseeded)."""
         self.stats.reset()
         self.faults.reset()
+        self._apply(self._initial)
+
+    def _apply(self, config: SimulatorConfig) -> None:
+        self.config = config
+        self.scheduler.resize(config.max_num_seqs, config.max_waiting)
+        self.timing = TimingModel(config, self.scheduler)
 
     def snapshot(self) -> dict[str, Any]:
         return self.stats.snapshot(running=self.scheduler.running, waiting=self.scheduler.waiting)
@@ -114,10 +131,11 @@ async def decode(engine: Engine, generation: Generation, plan: FaultPlan, emit: 
     it depends on how many sequences are running right now.
     """
     loop = asyncio.get_running_loop()
+    timing = engine.timing  # the configuration when the request started, whatever /admin/config does meanwhile
     async with engine.scheduler.slot():
         if plan.hang_seconds is not None:
             await hang(plan.hang_seconds)
-        await asyncio.sleep(engine.timing.prefill_seconds(generation.prompt_tokens))
+        await asyncio.sleep(timing.prefill_seconds(generation.prompt_tokens))
         deadline = loop.time()
         tokens: list[tuple[TokenKind, str]] = [("reasoning", t) for t in generation.reasoning]
         tokens += [("content", t) for t in generation.content]
@@ -128,7 +146,7 @@ async def decode(engine: Engine, generation: Generation, plan: FaultPlan, emit: 
                 await asyncio.sleep(plan.stall_seconds)
                 deadline = loop.time()
             if index:
-                deadline += engine.timing.tpot_seconds()
+                deadline += timing.tpot_seconds()
                 await asyncio.sleep(max(deadline - loop.time(), 0.0))
             await emit(kind, token)
             if index == 0:

@@ -44,6 +44,10 @@ class FaultInjector:
         self.config = self._initial.copy()
         self._rng = random.Random(self._seed)
 
+    def reseed(self, seed: int) -> None:
+        """Draw the rates from ``seed`` from now on; ``reset`` returns to the start-up seed."""
+        self._rng = random.Random(seed)
+
     def update(self, changes: dict[str, object]) -> FaultConfig:
         self.config = self.config.updated(changes)
         return self.config

@@ -58,13 +58,27 @@ class Scheduler:
                 self._waiters.remove(waiter)
             raise
 
-    def release(self) -> None:
+    def resize(self, max_num_seqs: int, max_waiting: int) -> None:
+        """New bounds, as a restarted server would have them: a larger batch admits waiters at once; a smaller one
+        lets the running sequences finish and admits no one until fewer than ``max_num_seqs`` run."""
+        self.max_num_seqs = max_num_seqs
+        self.max_waiting = max_waiting
+        while self._running < self.max_num_seqs and self._admit_next():
+            self._running += 1
+
+    def _admit_next(self) -> bool:
+        """Hand a slot to the oldest waiter still waiting; False if there is none."""
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
-        self._running -= 1
+                return True
+        return False
+
+    def release(self) -> None:
+        # Over the bound only after a resize to a smaller batch: the slot is not handed on but given up.
+        if self._running > self.max_num_seqs or not self._admit_next():
+            self._running -= 1
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:

@@ -8,8 +8,9 @@ Standard library only, so any test folder can use it::
     ...
     sim.stop()
 
-Blocking methods (``stats``, ``faults``, ``reset``, ``metrics``, ``metric``) have ``a``-prefixed awaitable
-twins that run them in a thread, for use inside async tests.
+Blocking methods (``stats``, ``faults``, ``configure``, ``config``, ``reset``, ``metrics``, ``metric``) have
+``a``-prefixed awaitable twins that run them in a thread, for use inside async tests. ``configure`` changes at run
+time what the start-up flags set but the faults (``faults``) and the port.
 """
 
 from __future__ import annotations
@@ -192,8 +193,18 @@ class SimulatorProcess:
         """POST /admin/faults with the given fields (e.g. ``fail_next=["429"]``); returns all faults."""
         return dict(json.loads(self._call("POST", "/admin/faults", changes)))
 
+    def configure(self, **changes: Any) -> dict[str, Any]:
+        """POST /admin/config with the given fields (the start-up flags' names but the faults and the port, e.g.
+        ``tpot_ms=2, max_num_seqs=4``), for the requests that start from now on; returns the whole configuration.
+        A bad value raises RuntimeError naming the field, and changes nothing."""
+        return dict(json.loads(self._call("POST", "/admin/config", changes)))
+
+    def config(self) -> dict[str, Any]:
+        """GET /admin/config: the configuration new requests get (without the faults)."""
+        return dict(json.loads(self._call("GET", "/admin/config")))
+
     def reset(self) -> dict[str, Any]:
-        """POST /admin/reset: zero counters, restore start-up faults, reseed the fault RNG."""
+        """POST /admin/reset: zero counters, restore the start-up configuration and faults, reseed the fault RNG."""
         return dict(json.loads(self._call("POST", "/admin/reset", {})))
 
     def requests(self) -> list[dict[str, Any]]:
@@ -211,6 +222,12 @@ class SimulatorProcess:
 
     async def afaults(self, **changes: Any) -> dict[str, Any]:
         return await asyncio.to_thread(lambda: self.faults(**changes))
+
+    async def aconfigure(self, **changes: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(lambda: self.configure(**changes))
+
+    async def aconfig(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.config)
 
     async def areset(self) -> dict[str, Any]:
         return await asyncio.to_thread(self.reset)

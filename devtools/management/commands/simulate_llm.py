@@ -87,7 +87,9 @@ class Command(BaseCommand):
                 f"ttft={config.ttft_ms}ms tpot={config.tpot_ms}ms output_tokens={config.output_tokens}"
             )
             self.stdout.write(f"LLM_BASE_URL={base_url}")
-            self.stdout.write("Admin: /admin/stats, /admin/faults, /admin/reset; metrics: /metrics. Ctrl-C stops.")
+            self.stdout.write(
+                "Admin: /admin/stats, /admin/faults, /admin/config, /admin/reset; metrics: /metrics. Ctrl-C stops."
+            )
             self.stdout.flush()
 
         if not serve(build_app(config), host=host, port=port, ready=ready):

@@ -68,6 +68,27 @@ async def test_scheduler_bounds_the_queue() -> None:
     waiter.cancel()
 
 
+async def test_a_larger_batch_admits_waiters_at_once_and_a_smaller_one_lets_the_running_finish() -> None:
+    scheduler = Scheduler(max_num_seqs=1, max_waiting=10)
+    await scheduler.acquire()
+    waiters = [asyncio.create_task(scheduler.acquire()) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert (scheduler.running, scheduler.waiting) == (1, 3)
+
+    scheduler.resize(3, 10)
+    await asyncio.sleep(0)
+    assert (scheduler.running, scheduler.waiting) == (3, 1) and [w.done() for w in waiters] == [True, True, False]
+
+    scheduler.resize(1, 10)  # three run: the next releases give their slots up until one runs
+    scheduler.release()
+    scheduler.release()
+    await asyncio.sleep(0)
+    assert (scheduler.running, scheduler.waiting) == (1, 1) and not waiters[2].done()
+    scheduler.release()  # now at the bound: the slot goes to the oldest waiter
+    await waiters[2]
+    assert (scheduler.running, scheduler.waiting) == (1, 0)
+
+
 def test_timing_grows_with_running() -> None:
     config = SimulatorConfig(max_num_seqs=4, ttft_ms=100, prefill_ms_per_token=1, tpot_ms=10, batch_slowdown=2)
     scheduler = Scheduler(4, 10)
@@ -139,6 +160,29 @@ def test_embeddings_are_unit_and_deterministic() -> None:
 
 
 # -- faults ---------------------------------------------------------------------------------------------
+
+
+def test_config_updates_are_validated_as_the_flags_are() -> None:
+    config = SimulatorConfig(tpot_ms=10, output_tokens=64)
+    updated = config.updated({"tpot_ms": 2, "output_tokens": "12", "max_num_seqs": 4.0, "model": "other"})
+    assert (updated.tpot_ms, updated.output_tokens, updated.max_num_seqs, updated.model) == (2.0, 12, 4, "other")
+    assert (config.tpot_ms, config.output_tokens) == (10, 64)  # a copy: the old one is unchanged
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"tpot_ms": -1}, "tpot_ms"),
+        ({"ttft_ms": float("nan")}, "ttft_ms"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"output_tokens": 1.5}, "output_tokens"),
+        ({"embedding_dim": True}, "embedding_dim"),
+        ({"model": " "}, "model"),
+        ({"model": 3}, "model"),
+        ({"rate_429": 1}, "rate_429"),  # a fault: /admin/faults
+        ({"port": 80}, "port"),
+        ({"output_tokens": 3, "reasoning_tokens": -1}, "reasoning_tokens"),
+    ]
+    for changes, field in bad:
+        with pytest.raises(ConfigError) as caught:
+            config.updated(changes)
+        assert caught.value.field == field, changes
 
 
 def test_directives_and_fault_updates() -> None:
