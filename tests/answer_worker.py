@@ -17,15 +17,27 @@ from typing import Any
 
 from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, manage, worker_env
+from tests.llm_simulator import simulator_view
 from tests.stream_clients import Answer, asse_ask, ws_ask
 
 
 @contextlib.contextmanager
-def llm_simulator(*, tpot_ms: float, output_tokens: int, max_num_seqs: int = 64) -> Iterator[SimulatorProcess]:
-    """The simulator streaming `output_tokens` tokens `tpot_ms` apart, whatever the batch (no slowdown)."""
-    simulator = SimulatorProcess().start(
-        tpot_ms=tpot_ms, ttft_ms=20, output_tokens=output_tokens, max_num_seqs=max_num_seqs, batch_slowdown=0
-    )
+def llm_simulator(
+    *, tpot_ms: float, output_tokens: int, max_num_seqs: int = 64, shared: SimulatorProcess | None = None
+) -> Iterator[SimulatorProcess]:
+    """The simulator streaming `output_tokens` tokens `tpot_ms` apart, whatever the batch (no slowdown): `shared` (a
+    test's `suite_simulator`) configured so, else a process of its own (the scripts')."""
+    flags = {
+        "tpot_ms": tpot_ms,
+        "ttft_ms": 20,
+        "output_tokens": output_tokens,
+        "max_num_seqs": max_num_seqs,
+        "batch_slowdown": 0,
+    }
+    if shared is not None:
+        yield simulator_view(shared, flags)
+        return
+    simulator = SimulatorProcess().start(**flags)
     try:
         yield simulator
     finally:

@@ -12,6 +12,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
 
+from tests.llm_simulator import suite_simulator  # noqa: F401 - the run's one LLM simulator, used by name
+
 
 def _with_the_default_database(find: Any) -> Any:
     def databases_for_setup(items: Any) -> tuple[set[str], set[str]]:

@@ -75,7 +75,6 @@ def test_with_llm_base_url_the_command_answers_through_the_simulator(
     pipeline_simulator: SimulatorProcess,  # noqa: F811
     settings: Any,
 ) -> None:
-    pipeline_simulator.reset()
     settings.LLM_BASE_URL = pipeline_simulator.base_url
     settings.LLM_API_KEY = "test"
     from rag.wiring import reset_runtime

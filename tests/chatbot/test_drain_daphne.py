@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from devtools.simulator.testing import SimulatorProcess
 from tests.answer_worker import (
     SigtermRun,
     answer_worker_env,
@@ -33,9 +34,9 @@ EXIT_MARGIN = 2.0
 
 
 @pytest.fixture(scope="module")
-def environment() -> Iterator[dict[str, str]]:
+def environment(suite_simulator: SimulatorProcess) -> Iterator[dict[str, str]]:
     with (
-        llm_simulator(tpot_ms=TPOT_MS, output_tokens=TOKENS) as simulator,
+        llm_simulator(tpot_ms=TPOT_MS, output_tokens=TOKENS, shared=suite_simulator) as simulator,
         answer_worker_env(simulator.base_url, redis_url=os.environ.get("REDIS_URL", ""), label="drain-daphne") as env,
     ):
         yield env

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from devtools.simulator.testing import SimulatorProcess
 from tests.answer_worker import answer_worker_env, llm_simulator
 from tests.daphne_workers import Worker
 from tests.stream_clients import Answer, asse_ask, ws_ask
@@ -30,11 +31,11 @@ TPOT_MS = 150.0
 
 
 @pytest.fixture(scope="module")
-def worker() -> Iterator[Worker]:
+def worker(suite_simulator: SimulatorProcess) -> Iterator[Worker]:
     # The answer's own tokens alone last ANSWER_SECONDS (the pipeline's other model calls come on top).
     tokens = int(ANSWER_SECONDS * 1000 / TPOT_MS) + 1
     with (
-        llm_simulator(tpot_ms=TPOT_MS, output_tokens=tokens) as simulator,
+        llm_simulator(tpot_ms=TPOT_MS, output_tokens=tokens, shared=suite_simulator) as simulator,
         answer_worker_env(simulator.base_url, redis_url=REDIS_URL, label="long-answers") as env,
     ):
         worker = Worker(env)

@@ -15,6 +15,7 @@ from django.test import AsyncClient
 
 from chatbot import lifecycle, readiness
 from devtools.simulator.testing import SimulatorProcess, free_port
+from tests.llm_simulator import simulator_view
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -120,9 +121,8 @@ async def test_a_check_that_hangs_is_bounded(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.fixture
-def simulator() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(ttft_ms=1, tpot_ms=1, output_tokens=4) as sim:
-        yield sim
+def simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    return simulator_view(suite_simulator, {"ttft_ms": 1, "tpot_ms": 1, "output_tokens": 4})
 
 
 async def test_a_server_without_the_responses_api_is_named_when_the_configuration_uses_it(

@@ -19,6 +19,7 @@ import pytest
 
 from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, running_workers, worker_env
+from tests.llm_simulator import simulator_view
 
 pytestmark = pytest.mark.slow
 
@@ -26,23 +27,22 @@ TERMINALS = ("meta_summary", "error")
 
 
 @pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[Worker, Worker]]:
+def pair(suite_simulator: SimulatorProcess) -> Iterator[tuple[Worker, Worker]]:
     redis_url = os.environ.get("REDIS_URL", "")
     if not redis_url:
         pytest.skip("a resume on another worker goes through Redis: runs with REDIS_URL set (the Redis run of CI)")
-    with SimulatorProcess() as simulator:
-        # about 25 s of answer: it is mid-stream whenever the kill comes
-        simulator.start(tpot_ms=100, output_tokens=250, ttft_ms=50)
-        with (
-            worker_env(
-                "resume-workers",
-                llm_base_url=simulator.base_url,
-                redis_url=redis_url,
-                RAG_SEMANTIC_CACHE_ENABLED="false",
-            ) as env,
-            running_workers([env, env]) as (first, second),
-        ):
-            yield first, second
+    # about 25 s of answer: it is mid-stream whenever the kill comes
+    simulator = simulator_view(suite_simulator, {"tpot_ms": 100, "output_tokens": 250, "ttft_ms": 50})
+    with (
+        worker_env(
+            "resume-workers",
+            llm_base_url=simulator.base_url,
+            redis_url=redis_url,
+            RAG_SEMANTIC_CACHE_ENABLED="false",
+        ) as env,
+        running_workers([env, env]) as (first, second),
+    ):
+        yield first, second
 
 
 def sse_events(response: httpx.Response) -> Iterator[dict[str, Any]]:

@@ -10,7 +10,7 @@ the runtime is rebuilt from the settings before and after, so the offline tests 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from concurrency.manager import LLMConcurrencyManager, get_manager, set_manager
 from devtools.simulator.testing import SimulatorProcess
 from rag.llm.client import aclose_clients
 from rag.wiring import get_runtime, reset_runtime
+from tests.llm_simulator import simulator_view
 from tests.rag.llm.conftest import wait_idle
 
 # Fast tokens, four reasoning tokens before every answer, answers long enough to cite sources.
@@ -40,15 +41,14 @@ FREED_WITHIN = 5.0
 LLMApp = Callable[..., Awaitable[LLMConcurrencyManager]]
 
 
-@pytest.fixture(name="app_llm_simulator", scope="session")
-def app_llm_simulator_fixture() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(**APP_SIM_FLAGS) as simulator:
-        yield simulator
+@pytest.fixture(name="app_llm_simulator")
+def app_llm_simulator_fixture(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    """The suite's simulator, reset and configured with the app's flags."""
+    return simulator_view(suite_simulator, APP_SIM_FLAGS)
 
 
 @pytest.fixture(name="app_sim")
 async def app_sim_fixture(app_llm_simulator: SimulatorProcess) -> AsyncIterator[SimulatorProcess]:
-    await app_llm_simulator.areset()
     yield app_llm_simulator
     # Whatever ended a request, nothing may be left generating upstream.
     await wait_idle(app_llm_simulator)

@@ -22,6 +22,7 @@ from devtools.simulator.testing import SimulatorProcess
 from tests import daphne_workers
 from tests.concurrency.cluster_redis import suite_redis_url
 from tests.daphne_workers import Worker, running_workers
+from tests.llm_simulator import simulator_view
 
 pytestmark = pytest.mark.slow
 
@@ -107,11 +108,10 @@ def ask_all(pool: ThreadPoolExecutor, targets: Sequence[Worker]) -> list[Future[
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[SimulatorProcess]:
+def sim(suite_simulator: SimulatorProcess) -> SimulatorProcess:
     # About a second per call, so every wave of four is seen by a 100 ms sampler
-    with SimulatorProcess() as process:
-        process.start(max_num_seqs=CAPACITY, ttft_ms=100, tpot_ms=30, output_tokens=30)
-        yield process
+    flags = {"max_num_seqs": CAPACITY, "ttft_ms": 100, "tpot_ms": 30, "output_tokens": 30}
+    return simulator_view(suite_simulator, flags)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from django.core.management import CommandError, call_command
 
 from devtools.loadtest.driver import LoadConfig, parse_gauge, run_load
 from devtools.loadtest.report import summary
+from devtools.simulator.testing import SimulatorProcess
 from tests.answer_worker import answer_worker_env, llm_simulator
 from tests.daphne_workers import Worker
 
@@ -23,9 +24,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def deployment() -> Iterator[tuple[Worker, str]]:
+def deployment(suite_simulator: SimulatorProcess) -> Iterator[tuple[Worker, str]]:
     with (
-        llm_simulator(tpot_ms=10, output_tokens=20, max_num_seqs=4) as simulator,
+        llm_simulator(tpot_ms=10, output_tokens=20, max_num_seqs=4, shared=suite_simulator) as simulator,
         answer_worker_env(simulator.base_url, redis_url=os.environ.get("REDIS_URL", ""), label="loadtest") as env,
     ):
         worker = Worker(env)

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from devtools.simulator.testing import SimulatorProcess
 from scripts.cluster import Cluster
 from tests.answer_worker import llm_simulator
 from tests.scripts.clusters import running_cluster
@@ -32,11 +33,11 @@ TERMINALS = ("meta_summary", "error")
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster(suite_simulator: SimulatorProcess) -> Iterator[Cluster]:
     if not os.environ.get("REDIS_URL"):
         pytest.skip("resumes across workers go through Redis: runs with REDIS_URL set (the Redis run of CI)")
     with (
-        llm_simulator(tpot_ms=40, output_tokens=100, max_num_seqs=128) as simulator,
+        llm_simulator(tpot_ms=40, output_tokens=100, max_num_seqs=128, shared=suite_simulator) as simulator,
         running_cluster(
             "rolling_restart",
             LLM_BASE_URL=simulator.base_url,

@@ -22,6 +22,7 @@ import pytest
 
 from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
+from tests.llm_simulator import simulator_view
 
 pytestmark = pytest.mark.slow
 
@@ -55,11 +56,10 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment() -> Iterator[Deployment]:
+def deployment(suite_simulator: SimulatorProcess) -> Iterator[Deployment]:
+    flags = {"ttft_ms": 5, "tpot_ms": 2, "output_tokens": 40, "reasoning_tokens": 4, "max_num_seqs": 8}
+    sim = simulator_view(suite_simulator, flags)  # for the module: its tests keep the counters and faults they leave
     with contextlib.ExitStack() as stack:
-        sim = stack.enter_context(
-            SimulatorProcess().start(ttft_ms=5, tpot_ms=2, output_tokens=40, reasoning_tokens=4, max_num_seqs=8)
-        )
         env = stack.enter_context(
             worker_env(
                 "openai-live",

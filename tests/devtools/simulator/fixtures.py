@@ -1,9 +1,10 @@
 """Reusable simulator fixtures; another test folder's conftest.py imports the ones it needs by name
 (``from tests.devtools.simulator.fixtures import simulator, simulator_factory, shared_simulator``).
 
-``simulator_factory(**flags)`` starts extra simulators (stopped at session end); ``simulator`` is a shared
-fast one reset before each test and checked idle after it; ``llm_client`` is a strict, no-retry
-``openai.AsyncOpenAI`` pointed at it.
+``simulator_factory(**flags)`` starts simulators of their own (stopped at session end), for tests of start-up
+flags and of stopping; ``simulator`` is the suite's simulator (``tests.llm_simulator``) reset and configured with
+FAST_FLAGS before each test and checked idle after it; ``llm_client`` is a strict, no-retry ``openai.AsyncOpenAI``
+pointed at it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import openai
 import pytest
 
 from devtools.simulator.testing import SimulatorProcess
+from tests.llm_simulator import simulator_view
 
 # Fast enough that a test with a few requests takes milliseconds, slow enough to stay ordered.
 FAST_FLAGS: dict[str, Any] = {"ttft_ms": 5, "tpot_ms": 1, "output_tokens": 12, "max_num_seqs": 8}
@@ -58,15 +60,15 @@ def simulator_factory() -> Iterator[SimulatorFactory]:
         process.stop()
 
 
-@pytest.fixture(scope="session")
-def shared_simulator(simulator_factory: SimulatorFactory) -> SimulatorProcess:
-    return simulator_factory(**FAST_FLAGS)
+@pytest.fixture
+def shared_simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    """The suite's simulator, reset and configured with FAST_FLAGS."""
+    return simulator_view(suite_simulator, FAST_FLAGS)
 
 
 @pytest.fixture
 def simulator(shared_simulator: SimulatorProcess) -> Iterator[SimulatorProcess]:
-    """The session's fast simulator with counters and faults reset for this test."""
-    shared_simulator.reset()
+    """The suite's simulator, fast, with counters and faults reset for this test."""
     yield shared_simulator
     # Every test must leave no request running upstream (a leaked stream is a leaked GPU sequence).
     wait_idle_blocking(shared_simulator)

@@ -13,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from devtools.simulator.testing import SimulatorProcess
-from tests.devtools.simulator.fixtures import SimulatorFactory, make_client
+from tests.devtools.simulator.fixtures import FAST_FLAGS, SimulatorFactory, make_client
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
@@ -134,7 +134,8 @@ async def test_seeded_rates_repeat_after_reset(llm_client: openai.AsyncOpenAI, s
                 codes.append(200)
             except openai.InternalServerError:
                 codes.append(500)
-        await simulator.areset()
+        await simulator.areset()  # reseeds the rates' RNG, and restores the start-up configuration
+        await simulator.aconfigure(**FAST_FLAGS)
         return codes
 
     first = await pattern()

@@ -9,12 +9,13 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from devtools.simulator.testing import SimulatorProcess
-from tests.devtools.simulator.fixtures import FAST_FLAGS, SimulatorFactory, make_client
+from tests.devtools.simulator.fixtures import FAST_FLAGS, make_client
+from tests.llm_simulator import simulator_view
 
 
-@pytest.fixture(scope="module")
-def reasoning_simulator(simulator_factory: SimulatorFactory) -> SimulatorProcess:
-    return simulator_factory(**FAST_FLAGS, reasoning_tokens=5)
+@pytest.fixture
+def reasoning_simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    return simulator_view(suite_simulator, {**FAST_FLAGS, "reasoning_tokens": 5})
 
 
 @pytest.fixture

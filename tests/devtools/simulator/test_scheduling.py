@@ -12,20 +12,23 @@ from openai import AsyncStream
 from openai.types.chat import ChatCompletionChunk
 
 from devtools.simulator.testing import SimulatorProcess, parse_metric
-from tests.devtools.simulator.fixtures import SimulatorFactory, make_client
+from tests.devtools.simulator.fixtures import make_client
+from tests.llm_simulator import simulator_view
 
 MAX_NUM_SEQS = 3
 
 
-@pytest.fixture(scope="module")
-def busy_simulator(simulator_factory: SimulatorFactory) -> SimulatorProcess:
-    # output_tokens=0: each request's max_tokens sets its length, so tests mix long and short requests.
-    return simulator_factory(max_num_seqs=MAX_NUM_SEQS, ttft_ms=40, tpot_ms=5, batch_slowdown=8, output_tokens=0)
+# output_tokens=0: each request's max_tokens sets its length, so tests mix long and short requests.
+BUSY_FLAGS = {"max_num_seqs": MAX_NUM_SEQS, "ttft_ms": 40, "tpot_ms": 5, "batch_slowdown": 8, "output_tokens": 0}
+
+
+@pytest.fixture
+def busy_simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    return simulator_view(suite_simulator, BUSY_FLAGS)
 
 
 @pytest.fixture
 async def client(busy_simulator: SimulatorProcess) -> AsyncIterator[openai.AsyncOpenAI]:
-    await busy_simulator.areset()
     async with make_client(busy_simulator.base_url) as client:
         yield client
 

@@ -26,16 +26,16 @@ from rag.retrieval.embedding import LexicalEmbedder
 from rag.retrieval.indexer import live_payloads
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import VectorStore
+from tests.llm_simulator import simulator_view
 from tests.rag.documents.conftest import CountingEmbedder
 
 pytestmark = pytest.mark.django_db(transaction=True)
 QUERY = "describe the chunk as json"
 
 
-@pytest.fixture(scope="module")
-def simulator() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(ttft_ms=2, tpot_ms=1, output_tokens=16, max_num_seqs=8) as sim:
-        yield sim
+@pytest.fixture
+def simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    return simulator_view(suite_simulator, {"ttft_ms": 2, "tpot_ms": 1, "output_tokens": 16, "max_num_seqs": 8})
 
 
 def sim_backend(simulator: SimulatorProcess, *, max_attempts: int = 1) -> LLMBackend:
@@ -62,7 +62,6 @@ def manager() -> Iterator[LLMConcurrencyManager]:
 
 @pytest.fixture
 async def llm(simulator: SimulatorProcess, manager: LLMConcurrencyManager) -> AsyncIterator[LLMBackend]:
-    await simulator.areset()
     yield sim_backend(simulator)
     await aclose_clients()
 
@@ -203,7 +202,6 @@ def test_the_backfill_command_runs_in_process_through_the_configured_llm(
     configured: Path, settings: Any, simulator: SimulatorProcess
 ) -> None:
     call_command("reindex", stdout=StringIO())  # with the embedder the commands use
-    simulator.reset()
     settings.LLM_BASE_URL = simulator.base_url
     settings.LLM_CHAT_MODEL = "sim-chat"
     out = StringIO()

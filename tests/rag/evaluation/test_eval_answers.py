@@ -4,7 +4,6 @@ judge (the simulator), stored as an evaluation run and printed as JSON."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from prompts.services import prompt_cache_invalidate, prompt_version_create
 from rag.evaluation.runner import JUDGE_PROMPT
 from rag.models import AnswerEvaluation
 from rag.retrieval.store import open_store_from_settings
+from tests.llm_simulator import simulator_view
 from tests.rag.retrieval.fixtures.files import write_squad
 
 REQUIRED = {
@@ -44,10 +44,9 @@ def squad_file(tmp_path: Path) -> Path:
     return write_squad(tmp_path / "tiny-set.json")
 
 
-@pytest.fixture(scope="module")
-def judge_simulator() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(ttft_ms=1, tpot_ms=1, output_tokens=30) as simulator:
-        yield simulator
+@pytest.fixture
+def judge_simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    return simulator_view(suite_simulator, {"ttft_ms": 1, "tpot_ms": 1, "output_tokens": 30})
 
 
 @pytest.mark.django_db(transaction=True)
@@ -98,7 +97,6 @@ def test_a_question_whose_gold_is_not_quoted_counts_against_containment(
 def test_judge_grades_every_answer_with_the_versioned_prompt(
     squad_file: Path, private_index: str, settings: Any, judge_simulator: SimulatorProcess
 ) -> None:
-    judge_simulator.reset()
     spec = CATALOGUE[JUDGE_PROMPT]
     for note in ("first", "second"):  # staff edited the judge once: the run names the version it used
         prompt_version_create(
@@ -125,7 +123,6 @@ def test_judge_grades_every_answer_with_the_versioned_prompt(
 def test_a_judge_failing_every_call_is_reported_with_its_failures(
     squad_file: Path, private_index: str, settings: Any, judge_simulator: SimulatorProcess
 ) -> None:
-    judge_simulator.reset()
     # a server with no structured output at all, writing prose: every judgement is unusable
     judge_simulator.faults(refuse=["json_schema", "json_object"])
     settings.LLM_BASE_URL = judge_simulator.base_url

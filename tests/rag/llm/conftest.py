@@ -1,5 +1,5 @@
-"""Fixtures for the LLM client tests: one simulator subprocess for the folder, a fresh concurrency manager and
-fresh HTTP clients per test, and a record of the policy's attempts."""
+"""Fixtures for the LLM client tests: the suite's simulator configured for the folder, a fresh concurrency manager
+and fresh HTTP clients per test, and a record of the policy's attempts."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.llm.client import aclose_clients
 from rag.llm.config import HTTP_CLIENTS, HttpClient
 from rag.llm.policy import CallPolicy
+from tests.llm_simulator import simulator_view
 
 # Fast tokens, a little reasoning before every answer (so both channels are exercised), small vectors.
 SIM_FLAGS: dict[str, Any] = {
@@ -32,10 +33,10 @@ SIM_FLAGS: dict[str, Any] = {
 USER = [{"role": "user", "content": "How do I reset my password?"}]
 
 
-@pytest.fixture(scope="session")
-def shared_llm_simulator() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(**SIM_FLAGS) as sim:
-        yield sim
+@pytest.fixture
+def shared_llm_simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    """The suite's simulator, reset and configured with this folder's flags."""
+    return simulator_view(suite_simulator, SIM_FLAGS)
 
 
 @pytest.fixture
@@ -76,7 +77,6 @@ async def wait_idle(sim: SimulatorProcess, within: float = 1.0) -> dict[str, Any
 
 @pytest.fixture
 async def sim(shared_llm_simulator: SimulatorProcess) -> AsyncIterator[SimulatorProcess]:
-    await shared_llm_simulator.areset()
     yield shared_llm_simulator
     # Every test must leave no request running upstream (a leaked stream is a leaked GPU sequence).
     await wait_idle(shared_llm_simulator)

@@ -5,7 +5,6 @@ for the next calls, and never retries a refusal as if the server were overloaded
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Literal
 
 import openai
@@ -16,6 +15,7 @@ from rag.errors import UpstreamError, UpstreamTimeout
 from rag.llm import InvalidLLMOutput, StructuredOutput
 from rag.llm.capabilities import ParameterRefused, PrefillSpeed, refused_parameter
 from rag.llm.policy import _classify
+from tests.llm_simulator import simulator_view
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory
 
 
@@ -171,10 +171,9 @@ def test_a_call_that_gave_up_before_its_first_token_raises_the_deadline_of_the_n
 
 
 @pytest.fixture
-def slow_prefill_sim() -> Iterator[SimulatorProcess]:
+def slow_prefill_sim(sim: SimulatorProcess) -> SimulatorProcess:
     # 2 ms a prompt token: a 600-token prompt takes 1.2 s to its first token
-    with SimulatorProcess().start(ttft_ms=5, prefill_ms_per_token=2, tpot_ms=1, output_tokens=4) as sim:
-        yield sim
+    return simulator_view(sim, {"ttft_ms": 5, "prefill_ms_per_token": 2, "tpot_ms": 1, "output_tokens": 4})
 
 
 async def test_a_long_prompt_gets_the_first_token_time_the_server_was_measured_to_need(

@@ -1,9 +1,10 @@
 """Node tests of the LLM paths run against the vLLM simulator over loopback HTTP, with the real SDK; the
-fixtures are the LLM client tests' own (one simulator for this folder, a fresh manager and clients per test)."""
+fixtures are the LLM client tests' own (the suite's simulator with this folder's flags, a fresh manager and clients
+per test)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from concurrency.manager import LLMConcurrencyManager
 from devtools.simulator.testing import SimulatorProcess
 from rag.llm import CallPolicyConfig, LLMBackend, LLMConfig
 from rag.prompting.prompts import CataloguePrompts
+from tests.llm_simulator import simulator_view
 from tests.rag.llm.conftest import (  # noqa: F401 - fixtures, used by name
     SIM_FLAGS,
     attempts,
@@ -26,10 +28,9 @@ from tests.rag.nodes.canned_server import CannedLLMServer
 NODE_SIM_FLAGS = {**SIM_FLAGS, "output_tokens": 40}
 
 
-@pytest.fixture(scope="session")
-def shared_llm_simulator() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(**NODE_SIM_FLAGS) as simulator:
-        yield simulator
+@pytest.fixture
+def shared_llm_simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    return simulator_view(suite_simulator, NODE_SIM_FLAGS)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from rag.nodes import build_registry
 from rag.prompting.prompts import CataloguePrompts
 from rag.runtime import AskRequest, PipelineRuntime
 from rag.workflows.default import default_workflow
+from tests.llm_simulator import simulator_view
 from tests.rag.llm.conftest import attempts, manager, wait_idle  # noqa: F401 - fixtures, used by name
 
 # The nodes a retrieval question passes through in the default workflow, in order.
@@ -45,15 +46,14 @@ PIPELINE_SIM_FLAGS: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="session")
-def pipeline_simulator() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(**PIPELINE_SIM_FLAGS) as simulator:
-        yield simulator
+@pytest.fixture
+def pipeline_simulator(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    """The suite's simulator, reset and configured with the pipeline's flags."""
+    return simulator_view(suite_simulator, PIPELINE_SIM_FLAGS)
 
 
 @pytest.fixture
 async def sim(pipeline_simulator: SimulatorProcess) -> AsyncIterator[SimulatorProcess]:
-    await pipeline_simulator.areset()
     yield pipeline_simulator
     # Nothing may be left running upstream after a run, whatever ended it.
     await wait_idle(pipeline_simulator)

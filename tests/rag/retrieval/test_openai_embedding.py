@@ -26,22 +26,16 @@ from rag.retrieval.indexer import build_compatible
 from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.sparse import BM25Encoder
 from rag.retrieval.store import VectorStore, open_store_from_settings
+from tests.llm_simulator import simulator_view
 from tests.rag.retrieval.conftest import write_corpus
 
 DIM = 32
 SPACE = f"openai-sim-embedding-d{DIM}"
 
 
-@pytest.fixture(scope="module")
-def simulator() -> Iterator[SimulatorProcess]:
-    with SimulatorProcess().start(embedding_dim=DIM, ttft_ms=1, tpot_ms=1) as sim:
-        yield sim
-
-
 @pytest.fixture
-def sim(simulator: SimulatorProcess) -> SimulatorProcess:
-    simulator.reset()
-    return simulator
+def sim(suite_simulator: SimulatorProcess) -> SimulatorProcess:
+    return simulator_view(suite_simulator, {"embedding_dim": DIM, "ttft_ms": 1, "tpot_ms": 1})
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from prompts.errors import PromptPublishBlocked
 from prompts.models import Prompt
 from prompts.services import prompt_label_move, prompt_rollback, prompt_version_create
 from rag.workflows.models import PromptCheck, PublishTest
+from tests.llm_simulator import simulator_view
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,17 +28,17 @@ NO_SOURCES = CATALOGUE[ANSWER_PROMPT].template.replace("{{sources}}", "(none)")
 
 
 @pytest.fixture
-def simulated_llm(settings: Any) -> Iterator[SimulatorProcess]:
+def simulated_llm(settings: Any, suite_simulator: SimulatorProcess) -> Iterator[SimulatorProcess]:
     from rag.wiring import reset_runtime
 
-    with SimulatorProcess().start(ttft_ms=1, tpot_ms=1, output_tokens=40) as simulator:
-        settings.LLM_BASE_URL = simulator.base_url
-        settings.LLM_API_KEY = "test"
+    simulator = simulator_view(suite_simulator, {"ttft_ms": 1, "tpot_ms": 1, "output_tokens": 40})
+    settings.LLM_BASE_URL = simulator.base_url
+    settings.LLM_API_KEY = "test"
+    reset_runtime()
+    try:
+        yield simulator
+    finally:
         reset_runtime()
-        try:
-            yield simulator
-        finally:
-            reset_runtime()
 
 
 @pytest.fixture
