@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .context import _current, live_request_contexts
-from .errors import BusyError
+from .errors import BusyError, BusyReason
 from .local_permits import LocalPermits
 from .permits import LOW_PRIORITY, Occupancy, PermitAsk, PermitSource
 from .stats import BackendStats, ManagerStats, WaitWindow
@@ -81,11 +81,28 @@ def _check_max_waiters(n: int) -> int:
 
 
 class _Book:
-    """One backend's books, whatever the source: totals, recent waits and hold times, this manager's waiters."""
+    """One backend's books, whatever the source: totals, recent waits and hold times, this manager's waiters; and
+    the source and clock its permits use. Made by the manager, shared with the permits it hands out."""
 
-    __slots__ = ("acquired", "holds", "rejected", "released", "retry_cache", "samples", "timeout", "waiting", "window")
+    __slots__ = (
+        "acquired",
+        "clock",
+        "holds",
+        "name",
+        "rejected",
+        "released",
+        "retry_cache",
+        "samples",
+        "source",
+        "timeout",
+        "waiting",
+        "window",
+    )
 
-    def __init__(self, window: WaitWindow) -> None:
+    def __init__(self, name: str, source: PermitSource[Any], clock: Callable[[], float], window: WaitWindow) -> None:
+        self.name = name
+        self.source = source
+        self.clock = clock
         self.acquired = 0
         self.released = 0
         self.timeout = 0
@@ -98,6 +115,30 @@ class _Book:
         # (released_at, seconds held) of the latest calls: how long a permit is held, for retry_after.
         self.holds: deque[tuple[float, float]] = deque(maxlen=_HOLD_SAMPLES)
 
+    def busy(self, reason: BusyReason, waited: float) -> BusyError:
+        """The refusal of a caller, counted, with the source's occupancy and a retry advice."""
+        if reason == "rejected":
+            self.rejected += 1
+        else:
+            self.timeout += 1
+        seen = self.source.occupancy(self.name)
+        return BusyError(self.name, reason, self.retry_after(seen), waited, *seen)
+
+    def retry_after(self, seen: Occupancy) -> float:
+        """Estimate for BusyError.retry_after: the work queued ahead of a new caller, (waiters + 1) x the mean
+        time a recent call held its permit / limit (the one more is the caller's own turn); p90 of recent waits
+        when no call finished lately. Between 1 s and _RETRY_AFTER_MAX_S."""
+        now = self.clock()
+        cached = self.retry_cache
+        if cached is not None and now - cached[0] < _RETRY_AFTER_CACHE_S:
+            return cached[1]
+        holds = [held for released, held in self.holds if now - released <= _HOLD_HORIZON_S]
+        queued = (seen.waiting + 1) * (sum(holds) / len(holds)) / max(1, seen.limit) if holds else 0.0
+        estimate = queued if holds else self.window.summary(now)["p90"]
+        value = min(max(estimate, 1.0), _RETRY_AFTER_MAX_S)
+        self.retry_cache = (now, value)
+        return value
+
 
 class LLMPermit:
     """Async context manager returned by ``LLMConcurrencyManager.acquire``; holds one permit in the block.
@@ -105,13 +146,10 @@ class LLMPermit:
     ``waited_s`` is how long the permit took to obtain (0.0 when one was free).
     """
 
-    __slots__ = ("_book", "_grant", "_held", "_low_priority", "_manager", "_name", "_since", "_timeout", "waited_s")
+    __slots__ = ("_book", "_grant", "_held", "_low_priority", "_manager", "_since", "_timeout", "waited_s")
 
-    def __init__(
-        self, manager: LLMConcurrencyManager, name: str, book: _Book, timeout: float | None, low_priority: bool
-    ) -> None:
+    def __init__(self, manager: LLMConcurrencyManager, book: _Book, timeout: float | None, low_priority: bool) -> None:
         self._manager = manager
-        self._name = name
         self._book = book
         self._timeout = timeout
         self._low_priority = low_priority
@@ -122,25 +160,60 @@ class LLMPermit:
 
     @property
     def backend(self) -> str:
-        return self._name
+        return self._book.name
 
     async def __aenter__(self) -> LLMPermit:
         if self._held:
             raise RuntimeError("this LLMPermit is already held; call acquire() again for another permit")
-        m = self._manager
+        book = self._book
         # Fast path: a free permit and nobody queued, as the source can tell at once.
-        grant = m._source.try_take(self._name)
+        grant = book.source.try_take(book.name)
         if grant is None:
-            grant, now = await m._take(self)
+            grant, now = await self._take_queued()
         else:
-            now = m._clock()
-            book = self._book
+            now = book.clock()
             book.acquired += 1
             book.samples.append((now, 0.0))
         self._grant = grant
         self._held = True
         self._since = now
         return self
+
+    async def _take_queued(self) -> tuple[Any, float]:
+        """No free permit at once: queue in the source, within the manager's bounds. Returns (grant, now) and sets
+        ``waited_s``; raises BusyError when the queue is full or no permit came in time."""
+        book, manager = self._book, self._manager
+        wait = manager.acquire_timeout if self._timeout is None else self._timeout
+        queue_full = book.waiting >= manager.max_waiters
+        may_queue = not queue_full and wait > 0
+        started = book.clock()
+        ctx = _current.get()
+        if self._low_priority:
+            ask = PermitAsk(LOW_PRIORITY, started, None if ctx is None else ctx.request_id)
+        elif ctx is None:
+            ask = PermitAsk(-1, started, None)
+        else:
+            ask = PermitAsk(-(ctx.completed_calls + 1), ctx.arrival, ctx.request_id)
+        if not may_queue:
+            grant = await book.source.take(book.name, ask, 0.0, may_queue=False)
+            if grant is None:
+                raise book.busy("rejected" if queue_full else "timeout", 0.0)
+        else:
+            book.waiting += 1
+            try:
+                grant = await book.source.take(book.name, ask, wait, may_queue=True)
+            finally:
+                book.waiting -= 1
+            if grant is None:
+                raise book.busy("timeout", book.clock() - started)
+        now = book.clock()
+        waited = now - started
+        book.acquired += 1
+        book.samples.append((now, waited))
+        self.waited_s = waited
+        if ctx is not None:
+            ctx.permit_wait_s += waited
+        return grant, now
 
     async def __aexit__(
         self,
@@ -157,12 +230,11 @@ class LLMPermit:
             ctx = _current.get()
             if ctx is not None:
                 ctx.completed_calls += 1
-        m = self._manager
-        m._source.give_back(self._name, self._grant)
-        self._grant = None
         book = self._book
+        book.source.give_back(book.name, self._grant)
+        self._grant = None
         book.released += 1
-        now = m._clock()
+        now = book.clock()
         book.holds.append((now, now - self._since))
 
 
@@ -262,7 +334,7 @@ class LLMConcurrencyManager:
             book = self._book(backend)  # raises the ValueError
         if timeout is not None:
             _check_timeout("timeout", timeout)
-        return LLMPermit(self, backend, book, timeout, low_priority)
+        return LLMPermit(self, book, timeout, low_priority)
 
     def auxiliary_skipped(self, kind: str) -> None:
         """Count an auxiliary call of ``kind`` (planner, summary...) skipped because no permit came in time."""
@@ -287,63 +359,6 @@ class LLMConcurrencyManager:
         async with self.acquire(backend, timeout):
             return await coro_fn(*args, **kwargs)
 
-    async def _take(self, permit: LLMPermit) -> tuple[Any, float]:
-        """No free permit at once: queue in the source, within the bounds. Returns (grant, now) and sets the
-        permit's ``waited_s``; raises BusyError when the queue is full or no permit came in time."""
-        name, book = permit._name, permit._book
-        wait = self._acquire_timeout if permit._timeout is None else permit._timeout
-        queue_full = book.waiting >= self._max_waiters
-        may_queue = not queue_full and wait > 0
-        started = self._clock()
-        ctx = _current.get()
-        if permit._low_priority:
-            ask = PermitAsk(LOW_PRIORITY, started, None if ctx is None else ctx.request_id)
-        elif ctx is None:
-            ask = PermitAsk(-1, started, None)
-        else:
-            ask = PermitAsk(-(ctx.completed_calls + 1), ctx.arrival, ctx.request_id)
-        if may_queue:
-            book.waiting += 1
-            try:
-                grant = await self._source.take(name, ask, wait, may_queue=True)
-            finally:
-                book.waiting -= 1
-        else:
-            grant = await self._source.take(name, ask, 0.0, may_queue=False)
-        now = self._clock()
-        waited = now - started
-        if grant is None:
-            seen = self._source.occupancy(name)
-            if may_queue:
-                book.timeout += 1
-                raise BusyError(name, "timeout", self._retry_after(book, seen), waited, *seen)
-            if queue_full:
-                book.rejected += 1
-                raise BusyError(name, "rejected", self._retry_after(book, seen), 0.0, *seen)
-            book.timeout += 1
-            raise BusyError(name, "timeout", self._retry_after(book, seen), 0.0, *seen)
-        book.acquired += 1
-        book.samples.append((now, waited))
-        permit.waited_s = waited
-        if ctx is not None:
-            ctx.permit_wait_s += waited
-        return grant, now
-
-    def _retry_after(self, book: _Book, seen: Occupancy) -> float:
-        """Estimate for BusyError.retry_after: the work queued ahead of a new caller, (waiters + 1) x the mean
-        time a recent call held its permit / limit (the one more is the caller's own turn); p90 of recent waits
-        when no call finished lately. Between 1 s and _RETRY_AFTER_MAX_S."""
-        now = self._clock()
-        cached = book.retry_cache
-        if cached is not None and now - cached[0] < _RETRY_AFTER_CACHE_S:
-            return cached[1]
-        holds = [held for released, held in book.holds if now - released <= _HOLD_HORIZON_S]
-        queued = (seen.waiting + 1) * (sum(holds) / len(holds)) / max(1, seen.limit) if holds else 0.0
-        estimate = queued if holds else book.window.summary(now)["p90"]
-        value = min(max(estimate, 1.0), _RETRY_AFTER_MAX_S)
-        book.retry_cache = (now, value)
-        return value
-
     # ------------------------------------------------------------------ configuration
 
     def _book(self, backend: str) -> _Book:
@@ -361,7 +376,9 @@ class LLMConcurrencyManager:
         """
         n = _check_limit(backend, n)
         if backend not in self._books:
-            self._books[backend] = _Book(WaitWindow(self._window_size, self._window_seconds))
+            self._books[backend] = _Book(
+                backend, self._source, self._clock, WaitWindow(self._window_size, self._window_seconds)
+            )
         self._limits[backend] = n
         self._source.set_limit(backend, n)
 

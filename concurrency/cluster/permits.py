@@ -145,7 +145,7 @@ class RedisPermits:
     def _common(self, backend: str) -> list[Any]:
         link = self._link
         assert link is not None
-        return link._common(
+        return link.script_args(
             self._limits[backend],
             round(self.lease_seconds * 1000),
             round(self._starvation_threshold * 1000),
