@@ -124,10 +124,12 @@ class RedisPermits:
     # ------------------------------------------------------------------ configuration
 
     def set_limit(self, backend: str, limit: int) -> None:
+        raised = limit > self._limits.get(backend, limit)
         self._limits[backend] = limit
         self._held.setdefault(backend, set())
-        # The scripts hand out free permits whenever they run: run one now, so waiters see a raised limit at once.
-        self._release_later(backend, "")
+        if raised:
+            # The scripts hand out free permits whenever they run: run one now, so waiters get the room at once.
+            self._release_later(backend, "")
 
     def set_order(self, *, priority: bool, starvation_threshold: float) -> None:
         self._priority = priority
