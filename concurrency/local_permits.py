@@ -208,16 +208,18 @@ class LocalPermits:
         return None
 
     async def take(self, backend: str, ask: PermitAsk, wait: float, *, may_queue: bool) -> _Backend | None:
-        b = self.try_take(backend)
-        if b is not None:
-            return b
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._bind_loop()
         b = self._backends[backend]
+        if not b.waiting and b.in_progress < b.limit:
+            b.in_progress += 1
+            return b
         if not may_queue or wait <= 0:
             return None
-        loop = asyncio.get_running_loop()
         self._seq += 1
         w = _Waiter(loop.create_future(), ask, self._seq, self._clock())
-        if ask.low:
+        if ask.priority == LOW_PRIORITY:
             b.low.append(w)
         else:
             b.queue.append(w)

@@ -31,9 +31,9 @@ LOW_PRIORITY = 1
 Grant = TypeVar("Grant")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per queued acquire, and a frozen one costs twice as much to make
 class PermitAsk:
-    """Who waits, for the order of the queue.
+    """Who waits, for the order of the queue (read, never changed, by a source).
 
     ``priority``: lower goes first; a request's is -(completed LLM calls + 1), ``LOW_PRIORITY`` waits behind every
     request's call and is never boosted. ``arrival``: when the request arrived (the manager's clock), for ties.
