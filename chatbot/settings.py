@@ -192,7 +192,7 @@ QDRANT_URL = env_url("QDRANT_URL", schemes=("http", "https"))
 QDRANT_API_KEY = env_str("QDRANT_API_KEY")
 # the index's name (a Qdrant alias, or the name of the database store's live build)
 QDRANT_COLLECTION = env_str("QDRANT_COLLECTION", "helpcentre")
-# Keep this worker's replicas (search index, semantic cache) in step with the database, twice a second.
+# Keep this worker's replicas (search index, semantic cache, curated answers) in step through the change feed.
 RAG_REPLICA_SYNC = env_bool("RAG_REPLICA_SYNC", True)
 # The organisation's own documents. The demo (`manage.py demo load`) copies its documents here, and removes them.
 CORPUS_DIR = Path(env_str("CORPUS_DIR", str(DATA_DIR / "corpus"))).resolve()
@@ -310,7 +310,6 @@ if bool(LANGFUSE_PUBLIC_KEY) != bool(LANGFUSE_SECRET_KEY):
 
 # --- prompts ----------------------------------------------------------------------------------------------
 PROMPT_SOURCE = env_choice("PROMPT_SOURCE", "database", ("database", "langfuse"))
-PROMPT_CACHE_CHECK_INTERVAL = env_float("PROMPT_CACHE_CHECK_INTERVAL", 1.0, minimum=0.0)
 PROMPT_LANGFUSE_TIMEOUT = env_float("PROMPT_LANGFUSE_TIMEOUT", 2.0, minimum=0.1)
 PROMPT_LANGFUSE_CACHE_TTL = env_float("PROMPT_LANGFUSE_CACHE_TTL", 60.0, minimum=0.0)
 PROMPT_LANGFUSE_WARNING_INTERVAL = env_float("PROMPT_LANGFUSE_WARNING_INTERVAL", 60.0, minimum=0.0)
