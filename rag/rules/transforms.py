@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rag.rules import followup, messages
-from rag.rules.answers import sources_block
+from rag.rules.answers import AMOUNT_KINDS, AMOUNT_RE, sources_block
 from rag.rules.terms import query_terms, split_sentences, text_terms
 from rag.state import Source, Turn
 from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language, to_simplified_async, to_traditional_async
+from rag.text.question_words import question_kind
 
 _SOURCE_LINE_RE = re.compile(r"^\[(\d+)\]\s+(.*?)(?:\s+\((\S+)\))?\s*$")
 _CITED_RE = re.compile(r"\[(\d+)\]")
@@ -86,7 +87,12 @@ def _answering_scores(sentences: list[str], question: str) -> list[float]:
         return [0.0] * len(sentences)
     held = [wanted & text_terms(sentence) for sentence in sentences]
     spread = {term: sum(term in terms for terms in held) for term in wanted}
-    return [sum(1 / spread[term] for term in terms) for terms in held]
+    scores = [sum(1 / spread[term] for term in terms) for terms in held]
+    amounts = [bool(AMOUNT_RE.search(_CITED_RE.sub("", sentence))) for sentence in sentences]  # "[1]" is no amount
+    if question_kind(question) in AMOUNT_KINDS and any(s and a for s, a in zip(scores, amounts, strict=True)):
+        # "How long is the reset link valid?": a sentence without an amount shares the words but does not say it
+        scores = [s if a else 0.0 for s, a in zip(scores, amounts, strict=True)]
+    return scores
 
 
 def _with_sources(body: str, sources: list[Source], language: str) -> Transformed:

@@ -111,3 +111,20 @@ def test_the_previous_question_is_the_last_user_turn():
     ]
     assert previous_question(history) == "連結多久有效？"
     assert previous_question([]) == ""
+
+
+async def test_a_question_asking_how_long_keeps_the_sentence_with_the_amount():
+    # Two sentences share the question's words equally ("reset link" / "link ... valid"); only one says how long.
+    previous = (
+        "Select Send reset link [1]. The link is valid for 30 minutes and can be used only once [1]. "
+        "At least 12 characters long [1].\n\nSources:\n[1] How do I reset my password (https://help.example/en/reset)"
+    )
+    result = await transform_previous_answer(
+        previous,
+        followup.SHORTEN,
+        language="en",
+        summary_chars=200,
+        shorten_chars=400,
+        previous_question="How long is the reset link valid?",
+    )
+    assert split_answer(result.text)[0] == "The link is valid for 30 minutes and can be used only once [1]."
