@@ -22,27 +22,58 @@ django_application = ASGIStaticFilesHandler(get_asgi_application())
 from chatbot.gaps_task import gaps_refresh_task  # noqa: E402
 from chatbot.retention import retention_task  # noqa: E402
 from chatbot.routing import build_application  # noqa: E402 (needs Django set up)
-from concurrency.live import live_settings_task  # noqa: E402
+from chatbot.sites.selectors import memory as sites_memory  # noqa: E402
+from concurrency.live import (  # noqa: E402
+    SETTINGS_TOPIC,
+    live_settings_enabled,
+    register_stats_provider,
+    settings_follow,
+    worker_stats_task,
+)
+from infra.changefeed import change_watch_stats, change_watch_task, on_change  # noqa: E402
 from infra.worker_tasks import WorkerTasksMiddleware  # noqa: E402
+from prompts.memory import PROMPTS_TOPIC, prompts_follow  # noqa: E402
+from rag.branding.memory import memory as branding_memory  # noqa: E402
 from rag.documents.runner import job_runner_task  # noqa: E402
 from rag.provider import provide_runtime  # noqa: E402
-from rag.replica import replica_sync_task  # noqa: E402
+from rag.replica import REPLICA_TIMEOUT, REPLICA_TOPICS, replica_follow, replica_sync_enabled  # noqa: E402
 from rag.wiring import get_runtime, warm_up  # noqa: E402
-from rag.workflows.live import workflow_sync_preload, workflow_sync_task  # noqa: E402
+from rag.workflows.live import (  # noqa: E402
+    WORKFLOWS_TOPIC,
+    workflow_follow,
+    workflow_sync_enabled,
+    workflow_sync_preload,
+)
 
 # The pipeline runtime, built from the settings at its first use, for what serves here: the exchanges, the
 # background tasks below, the staff's test runs.
 provide_runtime(get_runtime)
 
+# What each worker follows through the change feed (infra.changefeed): a topic published after a committed change,
+# and the handler that takes it in here. One watcher per worker runs them all.
+on_change(SETTINGS_TOPIC, settings_follow, enabled=live_settings_enabled)
+on_change(WORKFLOWS_TOPIC, workflow_follow, enabled=workflow_sync_enabled)
+on_change(PROMPTS_TOPIC, prompts_follow)
+on_change(branding_memory.topic, branding_memory.drop)
+on_change(sites_memory.topic, sites_memory.drop)
+for topic in REPLICA_TOPICS:
+    on_change(topic, replica_follow, enabled=replica_sync_enabled, timeout=REPLICA_TIMEOUT)
+register_stats_provider("change_feed", change_watch_stats)
+
 # Each worker runs its background tasks, started on its first connection (daphne has no start-up hook), each
-# unless its setting switches it off: live settings (a saved change applied within a second, stats published),
-# the workflow sync (published workflows reach this worker within a second), the replica sync (a reindex or a
-# cached answer from any worker reaches this one's in-memory copies within a second), and the job runner (index
-# and backfill jobs, claimed one at a time by whichever worker is free), and the hourly purge of conversations their
-# visitors deleted past the retention period.
+# unless its setting switches it off: the change feed's watcher (a saved setting, a published workflow, a reindex,
+# a cached or curated answer from any worker reach this one within a second), the stats heartbeat (with Redis: the
+# console lists every worker), the job runner (index and backfill jobs, claimed one at a time by whichever worker is
+# free), the hourly purge of conversations their visitors deleted past the retention period, and the gaps refresh.
 application = WorkerTasksMiddleware(
     build_application(django_application),
-    [live_settings_task, workflow_sync_task, replica_sync_task, job_runner_task, retention_task, gaps_refresh_task],
+    [
+        change_watch_task,
+        worker_stats_task,
+        job_runner_task,
+        retention_task,
+        gaps_refresh_task,
+    ],
 )
 
 import sys  # noqa: E402

@@ -192,12 +192,11 @@ QDRANT_URL = env_url("QDRANT_URL", schemes=("http", "https"))
 QDRANT_API_KEY = env_str("QDRANT_API_KEY")
 # the index's name (a Qdrant alias, or the name of the database store's live build)
 QDRANT_COLLECTION = env_str("QDRANT_COLLECTION", "helpcentre")
-# Keep this worker's replicas (search index, semantic cache) in step with the database, twice a second.
+# Keep this worker's replicas (search index, semantic cache, curated answers) in step through the change feed.
 RAG_REPLICA_SYNC = env_bool("RAG_REPLICA_SYNC", True)
 # The organisation's own documents. The demo (`manage.py demo load`) copies its documents here, and removes them.
 CORPUS_DIR = Path(env_str("CORPUS_DIR", str(DATA_DIR / "corpus"))).resolve()
 CORPUS_DIR.mkdir(parents=True, exist_ok=True)
-BRANDING_CHECK_INTERVAL = env_float("BRANDING_CHECK_INTERVAL", 1.0, minimum=0.0)
 # Website sources (`manage.py source add`): the user agent robots.txt rules are read for, and each page's bounds.
 SOURCE_CRAWL_USER_AGENT = env_str("SOURCE_CRAWL_USER_AGENT", "HelpCentreBot/1.0 (+self-hosted help-centre assistant)")
 SOURCE_CRAWL_MAX_BYTES = env_int("SOURCE_CRAWL_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
@@ -246,7 +245,8 @@ LLM_MAX_WAITERS = env_int("LLM_MAX_WAITERS", 200, minimum=0)
 # permits from Redis, as leases a dead worker gives back within LLM_PERMIT_LEASE_SECONDS. Off: per-worker limits.
 LLM_CLUSTER_LIMITS = env_bool("LLM_CLUSTER_LIMITS", True)
 LLM_PERMIT_LEASE_SECONDS = env_float("LLM_PERMIT_LEASE_SECONDS", 5.0, minimum=2.5, maximum=60.0)
-LLM_RPM_LIMIT = env_int("LLM_RPM_LIMIT", 0, minimum=0)  # requests per minute per backend, 0 = unlimited
+# Requests per minute per backend, 0 = unlimited: the cluster's with Redis (as LLM_CLUSTER_LIMITS), else per worker.
+LLM_RPM_LIMIT = env_int("LLM_RPM_LIMIT", 0, minimum=0)
 LLM_RETRY_MAX_ATTEMPTS = env_int("LLM_RETRY_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 LLM_RETRY_BASE_SECONDS = env_float("LLM_RETRY_BASE_SECONDS", 1.0, minimum=0.0)
 LLM_RETRY_MAX_SECONDS = env_float("LLM_RETRY_MAX_SECONDS", 60.0, minimum=0.0)
@@ -285,6 +285,8 @@ RAG_SEARCH_RRF_K = env_int("RAG_SEARCH_RRF_K", 60, minimum=1, maximum=10000)
 RAG_SEARCH_RESCORE_WEIGHT = env_float("RAG_SEARCH_RESCORE_WEIGHT", 0.1, minimum=0.0, maximum=100.0)
 # hybrid_weighted: (1 - w) * BM25 + w * cosine, each min-max normalised over its candidates
 RAG_SEARCH_DENSE_WEIGHT = env_float("RAG_SEARCH_DENSE_WEIGHT", 0.3, minimum=0.0, maximum=1.0)
+# sparse: how many of BM25's first passages are re-ranked by their best window of two sentences (0: none)
+RAG_SEARCH_RERANK_DEPTH = env_int("RAG_SEARCH_RERANK_DEPTH", 10, minimum=0, maximum=1000)
 # Questions across languages: the sparse query also asks for the English / zh-hant translations of the help-centre
 # terms it holds (a built-in glossary), each translation weighing RAG_CROSS_LANGUAGE_WEIGHT against 1 for the
 # question's own words (docs/benchmarks/cross_language.md).
@@ -310,7 +312,6 @@ if bool(LANGFUSE_PUBLIC_KEY) != bool(LANGFUSE_SECRET_KEY):
 
 # --- prompts ----------------------------------------------------------------------------------------------
 PROMPT_SOURCE = env_choice("PROMPT_SOURCE", "database", ("database", "langfuse"))
-PROMPT_CACHE_CHECK_INTERVAL = env_float("PROMPT_CACHE_CHECK_INTERVAL", 1.0, minimum=0.0)
 PROMPT_LANGFUSE_TIMEOUT = env_float("PROMPT_LANGFUSE_TIMEOUT", 2.0, minimum=0.1)
 PROMPT_LANGFUSE_CACHE_TTL = env_float("PROMPT_LANGFUSE_CACHE_TTL", 60.0, minimum=0.0)
 PROMPT_LANGFUSE_WARNING_INTERVAL = env_float("PROMPT_LANGFUSE_WARNING_INTERVAL", 60.0, minimum=0.0)

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from concurrency.live import SettingsSnapshot, settings_apply_soon, settings_publish
+from concurrency.live import SETTINGS_TOPIC, settings_apply_soon
 from concurrency.models import EDITABLE_FIELDS, ConcurrencySettings
 from concurrency.selectors import (
     EnvironmentDifference,
@@ -16,6 +16,7 @@ from concurrency.selectors import (
     concurrency_settings_get,
     settings_snapshot_of,
 )
+from infra.changefeed import publish_on_commit
 
 __all__ = ["concurrency_settings_from_environment", "concurrency_settings_update"]
 
@@ -26,7 +27,7 @@ def concurrency_settings_update(
     *, user: Any = None, expected_version: int | None = None, **fields: Any
 ) -> ConcurrencySettings:
     """Validate and save ``fields`` on the settings row, bump its version, and after commit apply the change here
-    and broadcast it to the other workers.
+    and publish it to the other workers.
 
     ``expected_version``: the version the editor saw; if someone saved in between, nothing is written and a
     ValidationError says so (instead of silently undoing their change). Raises ValidationError with per-field
@@ -51,7 +52,8 @@ def concurrency_settings_update(
         row.updated_by = user if getattr(user, "is_authenticated", False) and getattr(user, "pk", None) else None
         row.save()
         snapshot = settings_snapshot_of(row)
-        transaction.on_commit(lambda: _broadcast(snapshot))
+        transaction.on_commit(lambda: settings_apply_soon(snapshot))  # this process, at once
+        publish_on_commit(SETTINGS_TOPIC)  # every worker, through the change feed
     logger.info("LLM concurrency settings v%s saved by %s: %s", row.version, snapshot.updated_by or "-", sorted(fields))
     return row
 
@@ -69,8 +71,3 @@ def concurrency_settings_from_environment(
         return row, differences
     changes = {difference.field: difference.environment for difference in differences}
     return concurrency_settings_update(user=user, expected_version=row.version, **changes), differences
-
-
-def _broadcast(snapshot: SettingsSnapshot) -> None:
-    settings_apply_soon(snapshot)  # this process, at once
-    settings_publish(snapshot)  # the others, through Redis (they also poll the database version)

@@ -1,14 +1,13 @@
 """The in-process prompt store: snapshots served from memory, dropped in every worker when prompts change.
 
-Cross-worker invalidation is a generation value in Django's cache (Redis when REDIS_URL is set, local memory
-otherwise). Every change bumps it after commit; a worker reads it at most once per
-`PROMPT_CACHE_CHECK_INTERVAL` seconds and drops all its snapshots when it differs from the one it saw last.
-Between checks a lookup is a dict read: no database, no cache, no thread hop.
+Every change drops this process's snapshots after commit and publishes `PROMPTS_TOPIC` on the change feed
+(infra.changefeed); every worker's watcher then runs `prompts_follow`, which drops its snapshots too. A lookup is a
+dict read: no database, no cache, no thread hop.
 
 Snapshots from Langfuse (and database fallbacks taken while Langfuse failed) also expire after
 `PROMPT_LANGFUSE_CACHE_TTL` seconds, since a change made in Langfuse bumps nothing here. An expired copy is
 still held: it is served while one background fetch refreshes it (prompts.selectors), and kept for another TTL
-when that fetch fails. A generation change drops expired and fresh copies alike.
+when that fetch fails. A change drops expired and fresh copies alike.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import cache
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -28,7 +26,7 @@ from prompts.snapshot import PromptSnapshot
 
 logger = logging.getLogger(__name__)
 
-GENERATION_KEY = "prompts:generation"
+PROMPTS_TOPIC = "prompts"
 SOURCES = ("database", "langfuse")
 
 
@@ -42,7 +40,6 @@ class LangfuseSettings:
 
 @dataclass(frozen=True, slots=True)
 class RegistrySettings:
-    check_interval: float
     source: str
     langfuse: LangfuseSettings | None  # set only when the source is langfuse and the keys are configured
     langfuse_ttl: float
@@ -64,7 +61,6 @@ def registry_settings_load() -> RegistrySettings:
                 timeout=float(getattr(settings, "PROMPT_LANGFUSE_TIMEOUT", 2.0)),
             )
     return RegistrySettings(
-        check_interval=float(getattr(settings, "PROMPT_CACHE_CHECK_INTERVAL", 1.0)),
         source=source,
         langfuse=langfuse,
         langfuse_ttl=float(getattr(settings, "PROMPT_LANGFUSE_CACHE_TTL", 60.0)),
@@ -78,9 +74,6 @@ class _Entry:
     expires_at: float | None
 
 
-_NEVER_SEEN = object()
-
-
 def _expired(entry: _Entry, now: float) -> bool:
     return entry.expires_at is not None and now >= entry.expires_at
 
@@ -92,8 +85,6 @@ class PromptMemory:
         self.clock = clock
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], _Entry] = {}
-        self._generation: object = _NEVER_SEEN
-        self._checked_at = float("-inf")
         self._epoch = 0  # bumped on every drop, so a load that started before it is not stored after it
         self._settings: RegistrySettings | None = None
         self._warned_at: dict[str, float] = {}
@@ -110,21 +101,14 @@ class PromptMemory:
 
     # --- reads without I/O --------------------------------------------------------------------------------
     def peek(self, name: str, label: str) -> PromptSnapshot | None:
-        """The snapshot if it is fresh and no generation check is due; None means "ask `refresh`"."""
-        now = self.clock()
-        if now - self._checked_at >= self.settings.check_interval:
-            return None
-        return self._fresh(name, label, now)
+        """The snapshot if one is held and fresh; None means "ask `refresh`"."""
+        return self._fresh(name, label, self.clock())
 
     def peek_copy(self, name: str, label: str) -> tuple[PromptSnapshot, bool, int] | None:
-        """(the copy held, whether it expired, epoch for `store`) when no generation check is due; None means
-        "ask `lookup_copy`"."""
-        now = self.clock()
-        if now - self._checked_at >= self.settings.check_interval:
-            return None
+        """(the copy held, whether it expired, epoch for `store`); None when none is held."""
         epoch = self._epoch  # read first: a drop after it makes a store with it a no-op
         entry = self._entries.get((name, label))
-        return None if entry is None else (entry.snapshot, _expired(entry, now), epoch)
+        return None if entry is None else (entry.snapshot, _expired(entry, self.clock()), epoch)
 
     def _fresh(self, name: str, label: str, now: float) -> PromptSnapshot | None:
         entry = self._entries.get((name, label))
@@ -132,38 +116,15 @@ class PromptMemory:
             return None
         return entry.snapshot
 
-    # --- reads that may touch the cache (sync: call from a thread in async code) --------------------------
-    def generation_check(self) -> None:
-        """Re-read the generation if the interval has passed; drop every snapshot when it changed."""
-        now = self.clock()
-        if now - self._checked_at < self.settings.check_interval:
-            return
-        try:
-            generation = cache.get(GENERATION_KEY)
-        except Exception:
-            # The cache (Redis) is down: keep serving what we have, and try again after the interval.
-            self.warn_throttled("cache", "prompt cache generation unreadable; serving prompts from memory")
-            self._checked_at = now
-            return
-        with self._lock:
-            if generation != self._generation:
-                self._drop_locked()
-                self._generation = generation
-            self._checked_at = now
-
     def lookup(self, name: str, label: str) -> tuple[PromptSnapshot | None, int]:
-        """(fresh snapshot or None, epoch to hand back to `store`). Checks the generation first when due."""
-        self.generation_check()
-        return self._fresh(name, label, self.clock()), self._epoch
+        """(fresh snapshot or None, epoch to hand back to `store`)."""
+        epoch = self._epoch
+        return self._fresh(name, label, self.clock()), epoch
 
     def lookup_copy(self, name: str, label: str) -> tuple[PromptSnapshot | None, bool, int]:
-        """(the copy held or None, whether it expired, epoch for `store`). Checks the generation first when due."""
-        self.generation_check()
-        epoch = self._epoch
-        entry = self._entries.get((name, label))
-        if entry is None:
-            return None, False, epoch
-        return entry.snapshot, _expired(entry, self.clock()), epoch
+        """(the copy held or None, whether it expired, epoch for `store`)."""
+        held = self.peek_copy(name, label)
+        return (None, False, self._epoch) if held is None else held
 
     # --- writes -------------------------------------------------------------------------------------------
     def store(self, snapshot: PromptSnapshot, *, label: str, epoch: int, ttl: float | None) -> None:
@@ -182,7 +143,7 @@ class PromptMemory:
                 self._entries[(name, label)] = _Entry(entry.snapshot, self.clock() + ttl)
 
     def drop(self) -> None:
-        """Forget every snapshot of this worker (the generation check does the same for the others)."""
+        """Forget every snapshot of this worker (`prompts_follow` does the same in the others)."""
         with self._lock:
             self._drop_locked()
 
@@ -194,8 +155,6 @@ class PromptMemory:
         """Back to the state of a fresh worker (tests)."""
         with self._lock:
             self._drop_locked()
-            self._generation = _NEVER_SEEN
-            self._checked_at = float("-inf")
             self._settings = None
             self._warned_at.clear()
 
@@ -209,25 +168,12 @@ class PromptMemory:
         logger.warning(message, *args)
 
 
-def generation_bump() -> None:
-    """Tell every worker (this one at once, the others within the check interval) that prompts changed.
-
-    Called after commit. A missing key (cache flushed, Redis restarted) is recreated with a value no worker
-    can have seen, so even then the change is noticed.
-    """
-    memory.drop()
-    try:
-        try:
-            cache.incr(GENERATION_KEY)
-        except ValueError:
-            cache.set(GENERATION_KEY, time.time_ns(), timeout=None)
-    except Exception:
-        logger.exception(
-            "prompt cache generation not bumped: other workers keep their old prompts until the next change"
-        )
-
-
 memory = PromptMemory()
+
+
+async def prompts_follow(topic: str = PROMPTS_TOPIC) -> None:
+    """The change feed's handler for `PROMPTS_TOPIC`: prompts changed in some worker, drop the copies held here."""
+    memory.drop()
 
 
 @receiver(setting_changed)

@@ -1,7 +1,7 @@
 """Reads of the prompt registry.
 
 `prompt_get` / `aprompt_get` are the hot path of every pipeline request: they answer from memory
-(`prompts.memory`) and touch the cache or the database only when a generation check is due or the snapshot is
+(`prompts.memory`, dropped in every worker when prompts change) and touch the database only when the snapshot is
 missing. The async variant then makes one thread hop (the database source), or one hop to Langfuse plus one to
 the database when Langfuse fails.
 
@@ -76,7 +76,7 @@ def prompt_versions_list(*, name: str) -> list[tuple[int, tuple[str, ...]]]:
 
 # --- Langfuse: stale-while-revalidate ---------------------------------------------------------------------------
 def _stale_serve(name: str, label: str) -> PromptSnapshot | None:
-    """An expired copy, with its refresh started, when no generation check is due: no I/O, safe on the loop."""
+    """An expired copy, with its refresh started: no I/O, safe on the loop."""
     held = memory.peek_copy(name, label)
     config = memory.settings.langfuse
     if held is None or config is None:

@@ -2,7 +2,7 @@
 
 Every write locks the name's rows (`select_for_update`; on SQLite the IMMEDIATE transaction takes the write
 lock at BEGIN), so a label is held by at most one version and version numbers do not collide. After commit,
-every worker's in-memory prompts are invalidated (`prompts.memory.generation_bump`).
+every worker's in-memory prompts are invalidated (this one's at once, the others' through the change feed).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any, Protocol
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 
+from infra.changefeed import publish_on_commit
 from prompts.catalogue import LATEST, PRODUCTION
 from prompts.errors import PromptNotFoundError, PromptValidationError
-from prompts.memory import generation_bump
+from prompts.memory import PROMPTS_TOPIC, memory
 from prompts.models import Prompt
 from prompts.validation import validate_config, validate_label, validate_labels, validate_template
 
@@ -47,7 +48,8 @@ def _publish_gates_ask(name: str, version: int, override_reason: str, overridden
 
 def prompt_cache_invalidate() -> None:
     """Invalidate the prompts held in memory by every worker, after the current transaction commits."""
-    transaction.on_commit(generation_bump, robust=True)
+    transaction.on_commit(memory.drop, robust=True)
+    publish_on_commit(PROMPTS_TOPIC)
 
 
 def _locked_versions(name: str) -> list[Prompt]:

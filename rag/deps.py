@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from infra.ratelimit import RateRule
 from rag.branding.texts import FixedOrganisation, OrganisationSource
-from rag.ratelimit import RateRule
 from rag.state import RetrievedChunk
 from rag.stats import AnswerStats
 

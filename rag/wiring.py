@@ -37,13 +37,13 @@ from concurrency.live.apply import on_settings_applied, settings_current
 from concurrency.live.workers import redis_config, worker_id, workers_index_key
 from concurrency.manager import get_manager
 from concurrency.selectors import concurrency_settings_env_differences
+from infra.ratelimit import RateLimiter, rate_limiter_for
 from rag.branding.selectors import organisation_source
 from rag.curated.index import build_curated_answers
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.documents.hooks import on_documents_reindexed
 from rag.events import Coalescing
 from rag.prompting.prompts import OrganisationPrompts, RegistryPrompts
-from rag.ratelimit import RedisRateLimiter, SlidingWindowRateLimiter
 from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import AsyncEmbedder, LexicalEmbedder
 from rag.retrieval.prompts import EmbeddingPrompts, resolve_prompts
@@ -171,11 +171,22 @@ def build_llm_backend() -> LLMBackend | None:
     if not settings.LLM_BASE_URL:
         return None
     from rag.llm import LLMBackend  # loads the openai SDK: see the note under the imports
+    from rag.llm.policy import CallPolicy
 
     try:
-        return LLMBackend(llm_config_from_settings(), call_policy_config_from_settings())
+        policy = CallPolicy(call_policy_config_from_settings(), windows=llm_rate_windows_from_settings())
+        return LLMBackend(llm_config_from_settings(), policy=policy)
     except ValueError as exc:
         raise ImproperlyConfigured(f"LLM settings: {exc}") from exc
+
+
+def llm_rate_windows_from_settings() -> RateLimiter | None:
+    """The windows of `LLM_RPM_LIMIT`: the cluster's in Redis when the LLM limits are the cluster's (`REDIS_URL`
+    and `LLM_CLUSTER_LIMITS`), else None (the call policy's own, in this process)."""
+    if not (settings.REDIS_URL and settings.LLM_CLUSTER_LIMITS):
+        return None
+    url, prefix = redis_config()
+    return rate_limiter_for(url, prefix=prefix)
 
 
 def serving_loop() -> asyncio.AbstractEventLoop | None:
@@ -249,6 +260,7 @@ def search_settings_from_settings(embedder: Any) -> tuple[Any, Any]:
         rrf_k=settings.RAG_SEARCH_RRF_K,
         rescore_weight=settings.RAG_SEARCH_RESCORE_WEIGHT,
         dense_weight=settings.RAG_SEARCH_DENSE_WEIGHT,
+        rerank_depth=settings.RAG_SEARCH_RERANK_DEPTH,
     )
 
 
@@ -387,12 +399,10 @@ def configure_concurrency_manager() -> Any:
 # --- the runtime -----------------------------------------------------------------------------------------------
 
 
-def rate_limiter_from_settings() -> Any:
+def rate_limiter_from_settings() -> RateLimiter:
     """The request rate windows: in Redis with `REDIS_URL` (shared by every worker), else in this process."""
-
-    local = SlidingWindowRateLimiter(settings.RAG_RATE_LIMIT_PER_MINUTE)
     url, prefix = redis_config()
-    return RedisRateLimiter(url, prefix=prefix, fallback=local) if url else local
+    return rate_limiter_for(url, prefix=prefix)
 
 
 def build_deps() -> PipelineDeps:

@@ -104,7 +104,7 @@ def drive(url: str, screenshots: Path, chromium: str, chromium_args: list[str]) 
             _shot(page, screenshots, f"{number}-answer", shots)
         follow = _ask(page, FOLLOW_UP)
         seen["follow_up"] = follow[:300]
-        checks["follow-up answered"] = bool(follow.strip())
+        checks["follow-up answered"] = "30" in follow  # the reset link is valid for 30 minutes
         title = _title(page)
         seen["title"] = title
         checks["short title"] = 0 < len(title) <= 40 and title.lower() != QUESTIONS[1].lower()
@@ -112,7 +112,8 @@ def drive(url: str, screenshots: Path, chromium: str, chromium_args: list[str]) 
         try:
             shorter = _more_concise(page)
             seen["more_concise"] = shorter[:300]
-            checks["More Concise shortens"] = 0 < len(shorter) < len(follow)
+            # shorter, and still saying what the follow-up asked (how long the link is valid)
+            checks["More Concise shortens"] = 0 < len(shorter) < len(follow) and "30" in shorter
         except Exception as exc:  # a menu that moved: reported, not hidden
             seen["more_concise_error"] = repr(exc)
             checks["More Concise shortens"] = False

@@ -1,21 +1,23 @@
-"""Writes: making, revoking and counting the use of API keys, and each key's rate limit (sync; via a thread)."""
+"""Writes: making, revoking and counting the use of API keys, and each key's rate limit (sync; via a thread).
+
+The rate limit counts in the project's rate windows (infra.ratelimit), as the visitors' and the websites' do."""
 
 from __future__ import annotations
 
 import math
 import secrets
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.core.cache import cache
 from django.db.models import F
 from django.utils import timezone
 
 from chatbot.apikeys.models import SCOPES, ApiKey
 from chatbot.apikeys.selectors import CheckedKey, KeyRefused, api_key_check, api_key_hash, bearer_secret
+from concurrency.live import redis_config
+from infra.ratelimit import RateLimiter, RateRule, rate_limiter_for
 
 __all__ = [
     "KEY_PREFIX",
@@ -27,6 +29,7 @@ __all__ = [
     "api_key_allows_scope",
     "api_key_authorise",
     "api_key_create",
+    "api_key_limiter",
     "api_key_rate_check",
     "api_key_revoke",
     "api_key_tokens_add",
@@ -40,6 +43,8 @@ KEY_PREFIX = "hc-"
 # and they must not use up the requests its people ask with.
 TASK_RATE_FACTOR = 4
 PREFIX_CHARS = 11  # "hc-" and eight characters of the secret: shown in lists, enough to tell keys apart
+
+_limiter: RateLimiter | None = None
 
 
 class RateLimited(Exception):
@@ -112,27 +117,28 @@ def api_key_revoke(*, prefix: str) -> ApiKey:
     return key
 
 
-def api_key_rate_check(key: CheckedKey, *, now: float | None = None, task: bool = False) -> None:
-    """Count one request against the key's limit in the current minute; RateLimited past it. A client's background
-    task (`task`) counts in a window of its own, against `TASK_RATE_FACTOR` times the limit.
+def api_key_limiter() -> RateLimiter:
+    """The keys' rate windows (infra.ratelimit): shared by every worker in Redis (REDIS_URL), else this process's."""
+    global _limiter
+    if _limiter is None:
+        url, prefix = redis_config()
+        _limiter = rate_limiter_for(url, prefix=prefix)
+    return _limiter
 
-    A fixed one-minute window in Django's cache: with Redis (`REDIS_URL`) one count for every worker; with the
-    embedded in-memory cache, one per worker process.
+
+def api_key_rate_check(key: CheckedKey, *, now: float | None = None, task: bool = False) -> None:
+    """Count one request against the key's limit in the last minute (a sliding window); RateLimited past it. A
+    client's background task (`task`) counts in a window of its own, against `TASK_RATE_FACTOR` times the limit.
+    `now`: the time on the windows' clock (Redis's with REDIS_URL), for tests.
+
+    Called on a thread, beside the key's database read: with Redis one round trip, one count for every worker.
     """
     limit = key.rate_limit_per_minute * (TASK_RATE_FACTOR if task else 1)
-    if limit <= 0:
-        return
-    now = time.time() if now is None else now
-    window = int(now // 60)
-    name = f"apikey-{'task-' if task else ''}rate:{key.id}:{window}"
-    cache.add(name, 0, timeout=120)
-    try:
-        count = cache.incr(name)
-    except ValueError:  # expired between add and incr
-        cache.set(name, 1, timeout=120)
-        count = 1
-    if count > limit:
-        raise RateLimited(key, max(1, math.ceil((window + 1) * 60 - now)), task=task)
+    # by the key's prefix, not its id: a database rebuilt (tests, a restore) reuses ids, never random prefixes
+    rule = RateRule(f"apikey:{'task:' if task else ''}{key.prefix}", limit)
+    allowed, retry_after = api_key_limiter().hit([rule], now=now)
+    if not allowed:
+        raise RateLimited(key, max(1, math.ceil(retry_after)), task=task)
 
 
 def api_key_used(*, key_id: int) -> None:

@@ -4,7 +4,7 @@ A request from the assistant's own pages (no `Origin`, or this server's own) is 
 A request from another origin is served only when that origin belongs to an enabled site (admin: Websites):
 its preflight is answered, its responses carry `Access-Control-Allow-Origin` for it, and its questions count
 against the site's per-day and per-visitor limits, in the rate windows every worker shares
-(rag.ratelimit, in Redis with REDIS_URL). Any other origin gets a 403 in the project's JSON error shape, readable
+(infra.ratelimit, in Redis with REDIS_URL). Any other origin gets a 403 in the project's JSON error shape, readable
 by the page that asked (so the widget can say why), and no answer.
 
 The widget sends no cookie (a third-party cookie would be blocked anyway): the visitor is known by the
@@ -22,23 +22,22 @@ from chatbot import security
 from chatbot.clientaddr import client_origin_var
 from chatbot.sites.selectors import EmbedSite, asite_for_origin
 from concurrency.live import redis_config
-from rag.ratelimit import RateRule, RedisRateLimiter, SlidingWindowRateLimiter
+from infra.ratelimit import RateLimiter, RateRule, rate_limiter_for
 
 DAY = 24 * 3600.0
 ALLOWED_HEADERS = b"content-type, last-event-id, x-client-id"
 EXPOSED_HEADERS = b"retry-after"
 PREFLIGHT_MAX_AGE = b"600"
 
-_limiter: Any = None
+_limiter: RateLimiter | None = None
 
 
-def site_limiter() -> Any:
+def site_limiter() -> RateLimiter:
     """The rate windows of site limits: shared by every worker in Redis (REDIS_URL), else this process's."""
     global _limiter
     if _limiter is None:
-        local = SlidingWindowRateLimiter(0)
         url, prefix = redis_config()
-        _limiter = RedisRateLimiter(url, prefix=prefix, fallback=local) if url else local
+        _limiter = rate_limiter_for(url, prefix=prefix)
     return _limiter
 
 

@@ -9,9 +9,9 @@ from django.db import DatabaseError
 
 from chatbot.sites.models import Site
 from chatbot.sites.origins import origin_normalise
-from rag.branding.memory import GenerationCopy
+from rag.branding.memory import FeedCopy
 
-GENERATION_KEY = "sites:generation"
+TOPIC = "sites"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +64,11 @@ def site_table_read() -> SiteTable:
     )
 
 
-memory: GenerationCopy[SiteTable] = GenerationCopy(GENERATION_KEY)
+memory: FeedCopy[SiteTable] = FeedCopy(TOPIC)
 
 
 def site_table() -> SiteTable:
-    """Blocking only when a check is due (sync code)."""
+    """Blocking only when the copy was dropped (sync code)."""
     return memory.load(site_table_read)
 
 

@@ -1,8 +1,8 @@
 """Applying a settings snapshot to this process: the manager first, then the registered callbacks.
 
 Everything that changes the manager runs on the thread of the event loop that serves requests (the manager is
-not thread-safe). The background runner registers that loop here; a save made in a sync view's thread hands
-the snapshot over with ``call_soon_threadsafe``.
+not thread-safe). The change feed's settings handler (concurrency.live.follow) registers that loop here; a save
+made in a sync view's thread hands the snapshot over with ``call_soon_threadsafe``.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def settings_apply(snapshot: SettingsSnapshot, *, force: bool = False) -> bool:
 
 
 def settings_apply_soon(snapshot: SettingsSnapshot) -> None:
-    """Apply from any thread: on the serving loop when a runner is bound to one, else right here."""
+    """Apply from any thread: on the serving loop when the settings handler bound one, else right here."""
     loop = _loop
     if loop is None or loop.is_closed() or not loop.is_running():
         settings_apply(snapshot)
@@ -112,7 +112,7 @@ def settings_forget() -> None:
 
 
 def bind_loop(loop: asyncio.AbstractEventLoop | None) -> None:
-    """Called by the runner: the loop whose thread may touch the manager."""
+    """Called by the settings handler: the loop whose thread may touch the manager."""
     global _loop
     _loop = loop
 

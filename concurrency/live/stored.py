@@ -1,7 +1,7 @@
 """The stored settings row, read: what the console saved, as the snapshot every worker applies.
 
-Here rather than in `concurrency.selectors` so that the live-settings runner reads the row without importing the
-selectors, which import this package.
+Here rather than in `concurrency.selectors` so that the change feed's settings handler reads the row without
+importing the selectors, which import this package.
 """
 
 from __future__ import annotations

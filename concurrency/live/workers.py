@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
-
 from concurrency.manager import get_manager
 from infra.identity import worker_id, worker_started_at
+from infra.redis_client import redis_config, redis_sync_client
 
 from .apply import settings_current
 from .snapshot import SettingsSnapshot
@@ -26,8 +25,6 @@ __all__ = [
     "WORKER_TTL_SECONDS",
     "redis_config",
     "register_stats_provider",
-    "settings_channel",
-    "settings_publish",
     "worker_id",
     "worker_key",
     "worker_stats",
@@ -39,13 +36,10 @@ logger = logging.getLogger(__name__)
 
 # A worker that stopped publishing disappears from the console after this many seconds.
 WORKER_TTL_SECONDS = 5
-_REDIS_TIMEOUT = 1.0
 
 StatsProvider = Callable[[], Any]
 _providers: dict[str, StatsProvider] = {}
 _providers_lock = threading.Lock()
-_clients: dict[str, Any] = {}
-_clients_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------------- identity
@@ -101,21 +95,6 @@ def worker_stats(*, queue_head: int = 5) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- Redis
 
 
-def redis_config() -> tuple[str, str]:
-    """(REDIS_URL, key prefix); the URL is empty when Redis is not configured. The prefix is REDIS_PREFIX, else the
-    channel layer's, so every Redis key of a deployment (streams, settings, workers, limits) shares one and one Redis
-    can serve several deployments."""
-    prefix = getattr(settings, "REDIS_PREFIX", "") or ""
-    if not prefix:
-        layer = getattr(settings, "CHANNEL_LAYERS", {}).get("default", {})
-        prefix = layer.get("CONFIG", {}).get("prefix", "") or "helpcentre"
-    return getattr(settings, "REDIS_URL", "") or "", prefix
-
-
-def settings_channel(prefix: str) -> str:
-    return f"{prefix}:concurrency:settings"
-
-
 def worker_key(prefix: str, wid: str) -> str:
     return f"{prefix}:concurrency:workers:{wid}"
 
@@ -124,45 +103,16 @@ def workers_index_key(prefix: str) -> str:
     return f"{prefix}:concurrency:workers"
 
 
-def _sync_client(url: str) -> Any:
-    import redis  # heavy (~150 ms): paid only by a process configured with Redis
-
-    with _clients_lock:
-        client = _clients.get(url)
-        if client is None:
-            client = redis.Redis.from_url(
-                url, socket_timeout=_REDIS_TIMEOUT, socket_connect_timeout=_REDIS_TIMEOUT, health_check_interval=30
-            )
-            _clients[url] = client
-        return client
-
-
-def settings_publish(snapshot: SettingsSnapshot) -> bool:
-    """Tell every worker about a committed change (blocking: call from a thread, e.g. a sync view's)."""
-    url, prefix = redis_config()
-    if not url:
-        return False
-    import redis  # heavy: see _sync_client
-
-    try:
-        _sync_client(url).publish(settings_channel(prefix), snapshot.to_json())
-    except (redis.RedisError, OSError) as exc:
-        # Not fatal: every worker also polls the database version.
-        logger.warning("could not publish LLM concurrency settings v%s to Redis: %s", snapshot.version, exc)
-        return False
-    return True
-
-
 def workers_read(*, max_age: float = 30.0) -> list[dict[str, Any]]:
     """Every worker that published lately, by worker id (blocking: call from a thread). [] without Redis or
     when Redis does not answer."""
     url, prefix = redis_config()
     if not url:
         return []
-    import redis  # heavy: see _sync_client
+    import redis  # heavy (~150 ms): paid only by a process configured with Redis
 
     try:
-        client = _sync_client(url)
+        client = redis_sync_client(url)
         ids = client.zrangebyscore(workers_index_key(prefix), time.time() - max_age, "+inf")
         raw = client.mget([worker_key(prefix, i.decode()) for i in ids]) if ids else []
     except (redis.RedisError, OSError) as exc:

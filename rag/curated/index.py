@@ -2,10 +2,11 @@
 
 Curated answers are few (hundreds, not the cache's tens of thousands), so each worker holds all active ones in
 memory with the vectors of their questions, embedded here, and reloads them whole when the curated revision moves
-(rag.curated.services bumps it on every write). `sync()` is called twice a second by the worker's replica sync
-(rag.replica), the one mechanism that keeps every worker's in-memory copies in step with the database; it also
-writes the hits counted since the last call, and retires the semantic cache's answers to questions a new or edited
-curated answer now covers (they would never be served again: the curated lookup comes first).
+(rag.curated.services bumps it on every write and publishes the change). `sync()` is called by the worker's
+replica handler (rag.replica) when the change feed says the curated answers changed; it also writes the hits
+counted since the last call, and retires the semantic cache's answers to questions a new or edited curated answer
+now covers (they would never be served again: the curated lookup comes first). Hits are also written
+`hits_flush_delay` seconds after the first one counted since the last write, on the copy's own thread.
 
 A lookup is the semantic cache's: the embedding of the normalised question without its question scaffolding,
 cosine above `threshold`, and then the cache's false-hit guard (numbers, negation, key terms, content words must
@@ -15,6 +16,7 @@ agree). The matched answer is given in the asker's language when its topic has t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -77,6 +79,7 @@ class CuratedAnswers:
         threshold: float = DEFAULT_THRESHOLD,
         key_terms: KeyTerms = DEFAULT_KEY_TERMS,
         supersede: Supersede | None = None,
+        hits_flush_delay: float = 2.0,
     ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
@@ -90,6 +93,8 @@ class CuratedAnswers:
         self._sync_lock = threading.Lock()
         self._hits_lock = threading.Lock()
         self._pending_hits: dict[str, tuple[int, datetime]] = {}
+        self._hits_flush_delay = hits_flush_delay
+        self._hits_flush: asyncio.TimerHandle | None = None
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="curated")
         self.lookups = 0
         self.hits = 0
@@ -108,7 +113,21 @@ class CuratedAnswers:
         if isinstance(self.embedder, AsyncEmbedder):
             vector = await self.embedder.aembed_query(embed_key(normalized))
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._lookup_sync, normalized, language, vector)
+        match = await loop.run_in_executor(self._executor, self._lookup_sync, normalized, language, vector)
+        if match is not None and self._hits_flush is None:
+            self._hits_flush = loop.call_later(self._hits_flush_delay, self._hits_flush_start)
+        return match
+
+    def _hits_flush_start(self) -> None:
+        self._hits_flush = None
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: close() wrote them
+            self._executor.submit(self._hits_flush_logged)
+
+    def _hits_flush_logged(self) -> None:
+        try:
+            self._flush_hits()
+        except Exception:
+            logger.exception("curated answers: hits not written; kept for the next try")
 
     def _lookup_sync(self, normalized: str, language: str, vector: list[float] | None) -> CuratedMatch | None:
         snapshot = self._snapshot
@@ -154,7 +173,7 @@ class CuratedAnswers:
             count, _last = self._pending_hits.get(curated_id, (0, timezone.now()))
             self._pending_hits[curated_id] = (count + 1, timezone.now())
 
-    # --- keeping in step (rag.replica calls sync twice a second, on its own thread) -----------------------------
+    # --- keeping in step (rag.replica calls sync on a thread when the change feed says they changed) ------------
 
     def sync(self) -> bool:
         """Reload when the curated revision moved (True then); write the hits counted since the last call."""
@@ -237,6 +256,8 @@ class CuratedAnswers:
         return array / norm if norm > 0 else None
 
     def close(self) -> None:
+        if self._hits_flush is not None:
+            self._hits_flush.cancel()
         try:
             self._flush_hits()
         except Exception:

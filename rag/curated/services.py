@@ -1,6 +1,6 @@
-"""Writes of curated answers. Every write moves the curated answers' `StoreRevision` in its transaction, so every
-worker's copy (rag.curated.index, kept in step by rag.replica) reloads within half a second; the process that
-wrote reloads at once, after the commit.
+"""Writes of curated answers. Every write moves the curated answers' `StoreRevision` in its transaction and
+publishes `CURATED_TOPIC` on the change feed after the commit, so every worker's copy (rag.curated.index, kept in
+step by rag.replica) reloads within a second; the process that wrote reloads at once, after the commit.
 
 Sync ORM: call from async code through a thread.
 """
@@ -18,12 +18,14 @@ from django.core.validators import URLValidator
 from django.db import transaction
 from django.db.models import F
 
+from infra.changefeed import publish_on_commit
 from rag.curated.models import LANGUAGES, CuratedAnswer
 from rag.models import StoreRevision
 
 logger = logging.getLogger(__name__)
 
 REVISION_NAME = "curated"
+CURATED_TOPIC = "curated"
 LANGUAGE_CODES = tuple(code for code, _label in LANGUAGES)
 
 
@@ -38,6 +40,7 @@ def curated_revision_bump() -> None:
     # restarts) is never mistaken for the one it loaded
     StoreRevision.objects.filter(name=REVISION_NAME).update(revision=F("revision") + 1, tag=uuid.uuid4().hex)
     transaction.on_commit(_reload_here)
+    publish_on_commit(CURATED_TOPIC)
 
 
 class Reloadable(Protocol):
@@ -58,7 +61,7 @@ def _reload_here() -> None:
     for index in list(_active):
         try:
             index.sync()
-        except Exception:  # the replica sync tries again within half a second
+        except Exception:  # the change feed's handler tries again
             logger.exception("curated answers: reloading after a write failed")
 
 

@@ -2,8 +2,8 @@
 
 Per call (streaming or not):
 
-1. Wait for a requests-per-minute spot (rag.llm.ratelimit), holding no concurrency slot; if the spot is
-   further away than the call's wait bound, fail fast with ``Busy``.
+1. Wait for a requests-per-minute spot (rag.llm.ratelimit: this process's window, or the cluster's in Redis),
+   holding no concurrency slot; if the spot is further away than the call's wait bound, fail fast with ``Busy``.
 2. Take a concurrency slot (``concurrency.manager.get_manager().acquire(backend)``) for the attempt only. Steps 1
    and 2 share one wait bound (``SlotTerms.wait``, else ``CallPolicyConfig.acquire_timeout``, else the manager's);
    a call that gets neither in time fails with ``SlotUnavailable`` (a ``Busy``) before anything is sent, and an
@@ -55,6 +55,7 @@ from openai import (
 
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager, get_manager
+from infra.ratelimit import RateLimiter
 from rag.errors import Busy, PipelineAbort, SlotUnavailable, UpstreamError, UpstreamTimeout
 from rag.llm.capabilities import ParameterRefused
 from rag.llm.config import CallPolicyConfig
@@ -206,6 +207,7 @@ class CallPolicy:
         *,
         manager: Callable[[], LLMConcurrencyManager] = get_manager,
         limiter: SlidingWindowRPM | None = None,
+        windows: RateLimiter | None = None,
         rng: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
@@ -218,7 +220,10 @@ class CallPolicy:
         # real time spent waiting for the server.
         self._clock = clock
         self._sleep = sleep
-        self.limiter = limiter or SlidingWindowRPM(config.rpm_for, window=config.rpm_window, clock=clock, sleep=sleep)
+        # The requests-per-minute windows: `windows` (the cluster's, in Redis) when given, else this process's.
+        self.limiter = limiter or SlidingWindowRPM(
+            config.rpm_for, window=config.rpm_window, clock=clock, sleep=sleep, windows=windows
+        )
         self._rng = rng
 
     # ------------------------------------------------------------------ shared steps

@@ -1,22 +1,24 @@
-"""Sliding-window requests-per-minute limiter for upstream LLM calls, one window per backend.
+"""The LLM's requests per minute, one window per backend, counted in the project's rate windows (infra.ratelimit).
 
 Hosted providers (and gateways in front of vLLM) enforce an RPM quota and answer 429 past it; keeping under the
 quota ourselves turns those 429s into a short, bounded wait. Every attempt counts, retries included, because
 the upstream counts them too.
 
-Reservation log rather than "sleep and re-check": a caller that must wait books the earliest start time that
-keeps the window under the limit and sleeps until then. That keeps callers in arrival order, lets a caller know
-at once whether its wait fits its deadline (fail fast instead of sleeping in vain), and needs no wake-up
-coordination between waiters. The limiter is waited on *before* a concurrency slot is requested, so a caller
-throttled here never holds a slot.
+Unlike the visitors' limits, which refuse, a call waits for its spot: it books the earliest start that keeps the
+window under the limit and sleeps until then (`infra.ratelimit.wait_for_spot`), so callers keep their arrival
+order and a caller knows at once whether its wait fits its deadline (fail fast instead of sleeping in vain). The
+windows are the process's own, or the cluster's in Redis when the wiring hands them over (`REDIS_URL` with
+`LLM_CLUSTER_LIMITS`): then the limit holds for every worker together. The limiter is waited on *before* a
+concurrency slot is requested, so a caller throttled here never holds a slot.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import time
 from collections.abc import Awaitable, Callable
+
+from infra.ratelimit import RateLimiter, RateRule, SlidingWindowRateLimiter, wait_for_spot
 
 __all__ = ["RateLimited", "SlidingWindowRPM"]
 
@@ -43,35 +45,20 @@ class SlidingWindowRPM:
         window: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        windows: RateLimiter | None = None,
     ) -> None:
         if not window > 0:
             raise ValueError(f"window must be > 0 s, got {window}")
         # A callable, not a number: the policy config can be edited live and the next call sees the change.
         self._limit_for = limit_for
         self.window = window
-        self._clock = clock
         self._sleep = sleep
-        # Per backend: granted and reserved start times, sorted. Bounded by the limit (older ones are pruned).
-        self._starts: dict[str, list[float]] = {}
+        # The cluster's windows when given (Redis: on Redis's clock), else this process's on `clock`.
+        self.windows = windows if windows is not None else SlidingWindowRateLimiter(clock=clock)
 
-    def _pruned(self, backend: str, now: float) -> list[float]:
-        starts = self._starts.setdefault(backend, [])
-        cutoff = now - self.window
-        drop = bisect.bisect_right(starts, cutoff)
-        if drop:
-            del starts[:drop]
-        return starts
-
-    def next_start(self, backend: str) -> float:
-        """Seconds until a request on ``backend`` could start (0.0 = now)."""
-        limit = self._limit_for(backend)
-        if limit <= 0:
-            return 0.0
-        now = self._clock()
-        starts = self._pruned(backend, now)
-        if len(starts) < limit:
-            return 0.0
-        return max(0.0, starts[-limit] + self.window - now)
+    def limit(self, backend: str) -> int:
+        """The limit the next call on ``backend`` is held to (0 = unlimited)."""
+        return self._limit_for(backend)
 
     async def wait(self, backend: str, max_wait: float) -> float:
         """Wait for a spot and take it; returns the seconds waited.
@@ -81,23 +68,8 @@ class SlidingWindowRPM:
         limit = self._limit_for(backend)
         if limit <= 0:
             return 0.0
-        now = self._clock()
-        starts = self._pruned(backend, now)
-        # With `limit` starts already inside the window, the new one must come a full window after the
-        # limit-th most recent; reservations are included, so concurrent waiters queue behind each other.
-        start = now if len(starts) < limit else max(now, starts[-limit] + self.window)
-        delay = start - now
-        if delay > max_wait:
-            raise RateLimited(backend, delay, limit, self.window)
-        bisect.insort(starts, start)
-        if delay > 0:
-            try:
-                await self._sleep(delay)
-            except BaseException:
-                # A cancelled caller gives its spot back. Removing a reservation can only make later ones
-                # conservative (they were booked behind it), never push the window over the limit.
-                index = bisect.bisect_left(starts, start)
-                if index < len(starts) and starts[index] == start:
-                    del starts[index]
-                raise
-        return delay
+        rules = [RateRule(f"llm:{backend}", limit, self.window)]
+        booking = await wait_for_spot(self.windows, rules, max_wait=max_wait, sleep=self._sleep)
+        if not booking.allowed:
+            raise RateLimited(backend, booking.wait, limit, self.window)
+        return booking.wait

@@ -17,11 +17,11 @@ from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
 from rag.prompting.followup import SCRIPT, followup_mode
 from rag.prompting.sources import previous_answer_chunks
-from rag.rules.transforms import split_answer, transform_previous_answer
+from rag.rules.transforms import previous_question, split_answer, transform_previous_answer
 from rag.state import PipelineState
 
 NAME = "followup_transform"
-INPUTS = ("previous_answer", "followup_instruction", "language")
+INPUTS = ("previous_answer", "followup_instruction", "language", "history")
 OUTPUTS = ("answer", "sources", "retrieved")
 
 
@@ -49,6 +49,7 @@ class FollowupTransform:
             language=state.language,
             summary_chars=self._summary_chars,
             shorten_chars=self._shorten_chars,
+            previous_question=previous_question(state.history),
         )
         state.answer = result.text
         state.sources = result.sources

@@ -7,10 +7,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from infra.ratelimit import RateRule
 from rag.deps import PipelineDeps, RateLimiter
 from rag.engine import NodeType, ParamSpec
 from rag.events import StreamWriter
-from rag.ratelimit import RateRule
 from rag.state import PipelineState
 from rag.text.tokenize import normalize
 

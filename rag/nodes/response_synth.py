@@ -48,7 +48,7 @@ from rag.rules import answers, messages
 from rag.rules.asked import titles_asking
 from rag.rules.followup import ELABORATE, SHORTEN, SUMMARIZE
 from rag.rules.planner_rules import CONVERSATION_FOLLOWUP, FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE
-from rag.rules.transforms import split_answer, transform_previous_answer
+from rag.rules.transforms import previous_question, split_answer, transform_previous_answer
 from rag.state import Attachment, PipelineState, RetrievedChunk, Usage
 from rag.stats import AnswerStats
 from rag.text.language import OTHER
@@ -346,6 +346,7 @@ class ResponseSynth:
                 language=state.language,
                 summary_chars=200,
                 shorten_chars=400,
+                previous_question=previous_question(state.history),
             )
             self._set(state, answers.ComposedAnswer(result.text, result.sources))
         else:

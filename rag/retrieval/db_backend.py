@@ -2,7 +2,8 @@
 
 The database is the one source of truth; nothing is searched in it. Each process that searches loads the live
 build into memory (`rag.retrieval.memory_index.MemoryIndex`, see `VectorStore`) and reloads it when the live
-build or its revision moves (`live_state`), which `rag.replica` checks every half second in a server.
+build or its revision moves (`live_state`): every switch and every write publishes `INDEX_TOPIC` on the change
+feed after its commit, and `rag.replica` checks then in every worker of a server.
 So any number of workers, on one machine or several, and any command, share one index through `DATABASE_URL`
 (or one SQLite file), with no lock and no server beyond the database.
 
@@ -23,10 +24,13 @@ import numpy as np
 from django.db import connections, transaction
 from django.db.models import F
 
+from infra.changefeed import publish_on_commit
 from rag.models import IndexAlias, IndexBuild, IndexPoint
 from rag.retrieval.backends import AliasOperation, BackendKind, CollectionNotFound, StorePoint
 from rag.retrieval.memory_index import DenseLoader, MemoryRecord, Postings
 from rag.retrieval.sparse import SparseVector
+
+INDEX_TOPIC = "retrieval.index"  # a build switched live, or written into: replicas check their live state
 
 WRITE_BATCH = 1000
 READ_BATCH = 2000
@@ -148,6 +152,7 @@ class DatabaseBackend:
                     aliases.filter(name=alias).delete()
                 else:
                     aliases.update_or_create(name=alias, defaults={"build": self._build(collection)})
+            publish_on_commit(INDEX_TOPIC, using=self.using)
 
     def delete_collection(self, name: str) -> None:
         with transaction.atomic(using=self.using):
@@ -175,6 +180,7 @@ class DatabaseBackend:
                 self._insert(rows)
                 # replicas of this build reload when its revision moves
                 IndexBuild.objects.using(self.using).filter(pk=build.pk).update(revision=F("revision") + 1)
+        publish_on_commit(INDEX_TOPIC, using=self.using)  # once per call, not per batch
 
     def _insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
         connection = connections[self.using]

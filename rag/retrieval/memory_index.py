@@ -166,6 +166,20 @@ class MemoryIndex:
         n = len(self)
         return float(np.log((n - document_frequency + 0.5) / (document_frequency + 0.5) + 1.0))
 
+    def idfs(self, tokens: Sequence[int]) -> np.ndarray:
+        """BM25's IDF of each token id, as `sparse_scores` weighs it (0 for a token no point holds)."""
+        out = np.zeros(len(tokens), dtype=np.float64)
+        if not len(tokens) or not len(self._tokens):
+            return out
+        asked = np.asarray(tokens, dtype=np.int64)
+        found = np.searchsorted(self._tokens, asked)
+        found[found >= len(self._tokens)] = 0
+        held = self._tokens[found] == asked
+        df = self._counts[found[held]].astype(np.float64)
+        n = len(self)
+        out[held] = np.log((n - df + 0.5) / (df + 0.5) + 1.0)
+        return out
+
     def sparse_scores(self, query: SparseVector) -> tuple[np.ndarray, np.ndarray]:
         """(scores, matched): BM25 per row, and whether the row shares any token with the query."""
         scores = np.zeros(len(self), dtype=np.float32)

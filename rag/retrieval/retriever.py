@@ -31,6 +31,7 @@ from typing import Literal
 from rag.deps import SearchReport
 from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import LEXICAL, OPENAI, SENTENCE_TRANSFORMERS, AsyncEmbedder, Embedder, embedder_kind
+from rag.retrieval.rerank import SentenceRerank, rerank_hits
 from rag.retrieval.sparse import BM25Encoder, SparseVector
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
 from rag.rules.terms import best_coverage
@@ -188,17 +189,19 @@ class StoreRetriever:
             dense = self.embedder.embed_query(query)
         search = functools.partial(self._ranked, dense, limit=limit, preferred=preferred, kind=kind, mode=mode)
         if mode == "dense":
-            return search(None)
-        sparse = self.encoder.encode_query(query)
-        found = search(sparse)
+            return search(None, {})
+        terms = self.encoder.query_terms(query)
+        sparse = self.encoder.query_vector(terms)
+        found = search(sparse, terms)
         expansion = self.encoder.expansion
         if expansion is None or expansion.own_coverage <= 0:
             return found
-        plain = self.encoder.encode_query(query, expand=False)
+        own_terms = self.encoder.query_terms(query, expand=False)
+        plain = self.encoder.query_vector(own_terms)
         if plain == sparse:
             return found  # no glossary term in the question
         # what the question's own words find first in the asker's language keeps its place when it answers them
-        lead = next((c for c in search(plain) if preferred is None or c.language == preferred), None)
+        lead = next((c for c in search(plain, own_terms) if preferred is None or c.language == preferred), None)
         if lead is None or _covered(query, lead) < expansion.own_coverage:
             return found
         return _lead_first(query, found, lead)
@@ -207,24 +210,30 @@ class StoreRetriever:
         self,
         dense: list[float] | None,
         sparse: SparseVector | None,
+        terms: dict[str, float],
         *,
         limit: int,
         preferred: str | None,
         kind: str | None,
         mode: SearchMode,
     ) -> list[RetrievedChunk]:
-        """The store's best `limit` hits for the query's vectors, the `preferred` language's boosted."""
+        """The store's best `limit` hits for the query's vectors (BM25's first re-ranked by their best sentences,
+        `terms` being the query's), the `preferred` language's boosted."""
         boosting = self.language_policy == "boost" and preferred is not None
+        rerank = SentenceRerank(depth=self.settings.rerank_depth) if mode == "sparse" else None
+        # boosting may lift a chunk from below the cut, so look a little deeper
+        wanted = max(limit * 3, limit + 10) if boosting else limit
         hits = self.store.search(
             dense,
             sparse,
-            # boosting may lift a chunk from below the cut, so look a little deeper
-            limit=max(limit * 3, limit + 10) if boosting else limit,
+            limit=max(wanted, rerank.depth) if rerank is not None else wanted,
             language=preferred if self.language_policy == "filter" else None,
             kind=kind,
             mode=mode,
             settings=self.settings,
         )
+        if rerank is not None and rerank.depth > 0:
+            hits = rerank_hits(hits, terms, self.store, rerank)
         if boosting:
             # on the store's hits, before they become chunks: only the `limit` kept are converted (building and
             # copying the deeper list's chunks cost more than the search itself)

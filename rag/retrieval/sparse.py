@@ -179,29 +179,42 @@ class BM25Encoder:
         recall@1 on DRCD dev: "哪一年" no longer matches every paragraph with 一年 in it); the whole question
         when nothing else is left. With the encoder's `expansion` (unless `expand` is false), the translations
         of its glossary terms too."""
-        counts = self.term_counts(without_question_words(text)) or self.term_counts(text)
-        weights = dict.fromkeys(counts, 1.0)
-        if self.expansion is not None and expand:
-            for token, weight in self._expansion_weights(text, self.expansion).items():
-                weights.setdefault(token, weight)
+        return self.query_vector(self.query_terms(text, expand=expand))
+
+    @staticmethod
+    def query_vector(terms: dict[str, float]) -> SparseVector:
+        """The sparse vector of `query_terms`' terms (a token id's first term gives its weight)."""
+        weights: dict[int, float] = {}
+        for token, weight in terms.items():
+            weights.setdefault(token_id(token), weight)
         return _sorted(weights)
 
-    def _expansion_weights(self, text: str, expansion: QueryExpansion) -> dict[int, float]:
-        """The token ids of the glossary's translations of the question's terms, each translation weighing
+    def query_terms(self, text: str, *, expand: bool = True) -> dict[str, float]:
+        """The tokens of `encode_query`'s vector as strings, with their weights: the question's own first (1
+        each), then the translations its own tokens do not already hold."""
+        own = self._tokens(without_question_words(text)) or self._tokens(text)
+        terms = dict.fromkeys(own, 1.0)
+        if self.expansion is not None and expand:
+            for token, weight in self._expansion_weights(text, self.expansion).items():
+                terms.setdefault(token, weight)
+        return terms
+
+    def _expansion_weights(self, text: str, expansion: QueryExpansion) -> dict[str, float]:
+        """The tokens of the glossary's translations of the question's terms, each translation weighing
         `expansion.weight` in all (split among its tokens: 電子郵件's three bigrams count as one word). A Chinese
         translation gives its bigrams, and its characters only with `cjk_unigrams` or when it is one long.
         (Sharing a term's weight among its translations as well kept more of the same-language recall@1 but
         lost most of the cross-language recall: docs/benchmarks/cross_language.md.)"""
-        weights: dict[int, float] = {}
+        weights: dict[str, float] = {}
         for source, terms in expansion.glossary.matches(text):
             mass = max(1.0, expansion.source_mass * len(set(self._tokens(source)))) if expansion.source_mass else 1.0
             for term in terms:
                 found = self._tokens(term)
                 if not expansion.cjk_unigrams:
                     found = [t for t in found if len(t) > 1 or t.isascii()] or found
-                ids = _word_ids.counts(found)
-                for token in ids:
-                    weights[token] = max(weights.get(token, 0.0), expansion.weight * mass / len(ids))
+                distinct = set(found)
+                for token in distinct:
+                    weights[token] = max(weights.get(token, 0.0), expansion.weight * mass / len(distinct))
         return weights
 
 

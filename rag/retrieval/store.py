@@ -90,12 +90,15 @@ class StoreHit:
 
 @dataclass(frozen=True, slots=True)
 class SearchSettings:
-    """Knobs of the hybrid modes (defaults chosen on DRCD, see scripts/eval_drcd_quick.py)."""
+    """Knobs of the search modes (defaults chosen on DRCD, see scripts/eval_drcd_quick.py)."""
 
     candidates: int = 50  # per-source depth before fusion / re-scoring
     rrf_k: int = 60
     rescore_weight: float = 0.1  # hybrid_rescore: bm25/max(bm25) + weight * cosine
     dense_weight: float = 0.3  # hybrid_weighted: (1 - w) * bm25 + w * cosine, each min-max normalised
+    # sparse: how many of BM25's first passages the retriever re-ranks by their best two sentences (0: none;
+    # rag.retrieval.rerank)
+    rerank_depth: int = 10
 
 
 def new_version() -> str:
@@ -440,6 +443,17 @@ class VectorStore:
         if self.use_memory:
             return self._search_memory(query_dense, query_sparse, limit, language, kind, mode, settings)
         return self._search_qdrant(query_dense, query_sparse, limit, language, kind, mode, settings)
+
+    def term_idf(self, tokens: Sequence[int]) -> list[float] | None:
+        """BM25's IDF of each sparse token id in the live index (0 for one it does not hold), as the memory
+        engine's search weighs them; None where the store cannot tell (a Qdrant server computes its IDF itself)
+        or has no index yet."""
+        if not self.use_memory:
+            return None
+        index = self._current_memory()
+        if index is None or len(index) == 0:
+            return None
+        return index.idfs(tokens).tolist()
 
     def document_points(self, doc_id: str, *, limit: int) -> list[StoreHit]:
         """The live index's points of one document in the document's order (their `ordinal`), at most `limit`

@@ -53,13 +53,13 @@ _NEAR_BEST = 0.75
 _PADDING_COVERAGE = 0.5
 _HEADING_SEPARATOR = ChunkingConfig().heading_separator
 # An amount: a figure (02:00, 3 個工作天, 20 hours), or a Chinese numeral with a measure word (三個月, 十二小時).
-_AMOUNT_RE = re.compile(
+AMOUNT_RE = re.compile(
     r"[0-9\uff10-\uff19]|[零〇一二兩两三四五六七八九十百千萬万]+\s*(?:個|个|年|月|日|天|週|周|星期|小時|小时|分|秒|歲|岁|世紀|世纪)"
 )
 # What a question asking for a time or a quantity is answered with: a sentence without an amount does not say it.
 # Applied only to an article titled with the question: on DRCD dev (encyclopaedia paragraphs, no such titles),
 # preferring such sentences everywhere lost 0.3 point of containment ("何時" answered by "清朝末年").
-_AMOUNT_KINDS = ("time", "quantity")
+AMOUNT_KINDS = ("time", "quantity")
 
 
 @dataclass(slots=True)
@@ -241,7 +241,7 @@ def _extracted(
         candidates,
         articles,
         wanted=wanted,
-        wants_amount=question_kind(question) in _AMOUNT_KINDS,
+        wants_amount=question_kind(question) in AMOUNT_KINDS,
         max_sentences=max_sentences,
         min_sentences=min_sentences,
     )
@@ -302,10 +302,10 @@ def _scored_sentences(question: str, articles: list[RetrievedChunk], asking: Tit
             if _CROSS_REFERENCE_RE.match(sentence):
                 score /= 2  # "See 'How do I reset my password'" points elsewhere instead of answering
             candidates.append(_Candidate(score, rank, position, line, frozenset(hits), frozenset(line_about)))
-    if articles and asking.kind in _AMOUNT_KINDS and asking(articles[0]):
+    if articles and asking.kind in AMOUNT_KINDS and asking(articles[0]):
         # "多久", "how many" asked by the article's own title: of its sentences, those that give an amount answer
         # it; the others only share the question's words
-        candidates = [c for c in candidates if _AMOUNT_RE.search(c.line.text)] or candidates
+        candidates = [c for c in candidates if AMOUNT_RE.search(c.line.text)] or candidates
     candidates.sort(key=lambda c: (-c.score, c.rank, c.position))
     return candidates
 
@@ -424,10 +424,10 @@ def _chosen_sentences(
             break
         adds = bool(candidate.hits - covered) or candidate.score >= _NEAR_BEST * candidates[0].score
         # a time or a quantity asked and none given yet: a sentence giving one says what was asked
-        adds = adds or (wants_amount and not has_amount and bool(_AMOUNT_RE.search(line.text)))
+        adds = adds or (wants_amount and not has_amount and bool(AMOUNT_RE.search(line.text)))
         if line.text in seen_text or (chosen and not adds):
             continue
-        has_amount = has_amount or bool(_AMOUNT_RE.search(line.text))
+        has_amount = has_amount or bool(AMOUNT_RE.search(line.text))
         seen_text.add(line.text)
         seen_text.update(_item_sentences(line))  # a list given whole is not quoted again item by item
         chosen[(candidate.rank, candidate.position)] = line

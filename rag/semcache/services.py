@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import F, Q
 
+from infra.changefeed import publish_on_commit
 from rag.models import StoreRevision
 from rag.semcache.models import CacheEntry, CacheEntryDocument
 from rag.semcache.selectors import cache_entry_ids_citing
@@ -50,6 +51,7 @@ class NewEntry:
 
 
 REVISION_NAME = "semcache"
+CACHE_TOPIC = "semcache"  # on the change feed: every worker's copy (rag.replica) takes the change in
 
 
 def cache_revision_bump(*, deleted: bool = False) -> int:
@@ -63,6 +65,7 @@ def cache_revision_bump(*, deleted: bool = False) -> int:
     if deleted:
         changes["deletions"] = F("deletions") + 1
     StoreRevision.objects.filter(name=REVISION_NAME).update(**changes)
+    publish_on_commit(CACHE_TOPIC)
     return int(StoreRevision.objects.filter(name=REVISION_NAME).values_list("revision", flat=True).get())
 
 

@@ -25,9 +25,25 @@ EN_STOPWORDS = frozenset(
 )
 
 
+# full-width ASCII (U+FF01-FF5E) and the ideographic space: the characters NFKC changes in most Chinese text
+# ("，", "（", "："), mapped as NFKC maps them
+_FULL_WIDTH_RE = re.compile("[\uff01-\uff5e\u3000]")
+
+
+def _ascii_form(match: re.Match[str]) -> str:
+    char = match.group()
+    return " " if char == "\u3000" else chr(ord(char) - 0xFEE0)
+
+
 def normalize(text: str) -> str:
-    """NFKC (full-width letters and digits to ASCII) and lower case."""
-    return unicodedata.normalize("NFKC", text).lower()
+    """NFKC (full-width letters and digits to ASCII) and lower case. The full-width forms are mapped first, and
+    NFKC runs only when something else is left for it (the same result: they are starters whose compatibility
+    form is one ASCII character): a Chinese passage almost always holds full-width punctuation, and NFKC over it
+    costs some 50 us, the check that nothing is left a tenth of that."""
+    mapped = _FULL_WIDTH_RE.sub(_ascii_form, text)
+    if not unicodedata.is_normalized("NFKC", mapped):
+        mapped = unicodedata.normalize("NFKC", mapped)
+    return mapped.lower()
 
 
 def tokenize(text: str, *, bigrams: bool = True, drop_stopwords: bool = False, joins: bool = False) -> list[str]:

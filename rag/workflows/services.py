@@ -1,7 +1,7 @@
 """Writes: creating, saving (every save is archived), validating, restoring, publishing and unpublishing drafts.
 
-Publishing changes what serves traffic: after the transaction commits, every worker is told (a generation
-number in Django's cache, and this worker's sync task is woken) and switches within a second.
+Publishing changes what serves traffic: after the transaction commits, every worker is told (the change
+feed's `WORKFLOWS_TOPIC`, dispatched in this worker at once) and switches within a second.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from infra.changefeed import publish_on_commit
 from rag.runtime import BACKENDS
 from rag.workflows.checks import publish_check_gate
 from rag.workflows.default import DEFAULT_WORKFLOW
 from rag.workflows.graphs import graph_check, graph_clean
-from rag.workflows.live import workflow_generation_bump
+from rag.workflows.live import WORKFLOWS_TOPIC
 from rag.workflows.models import WorkflowDraft, WorkflowDraftVersion
 
 __all__ = [
@@ -187,7 +188,7 @@ def workflow_draft_publish(
         draft.published_graph = copy.deepcopy(draft.graph)
         draft.published_at = timezone.now()
         draft.save()
-        transaction.on_commit(_announce)
+        publish_on_commit(WORKFLOWS_TOPIC)
     logger.info(
         "workflow.published draft=%s name=%s version=%s backend=%s by=%s",
         draft.pk,
@@ -211,7 +212,7 @@ def workflow_draft_unpublish(*, draft_id: int, user: Any = None) -> WorkflowDraf
             draft.published_graph = None
             draft.published_at = None
             draft.save()
-            transaction.on_commit(_announce)
+            publish_on_commit(WORKFLOWS_TOPIC)
     logger.info(
         "workflow.unpublished draft=%s name=%s backend=%s by=%s",
         draft.pk,
@@ -220,7 +221,3 @@ def workflow_draft_unpublish(*, draft_id: int, user: Any = None) -> WorkflowDraf
         getattr(_author(user), "pk", "-"),
     )
     return draft
-
-
-def _announce() -> None:
-    workflow_generation_bump()

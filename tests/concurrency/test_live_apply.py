@@ -11,24 +11,29 @@ import pytest
 from channels.db import database_sync_to_async
 
 from concurrency.live import (
-    LiveSettingsRunner,
+    SETTINGS_TOPIC,
     SettingsSnapshot,
+    StatsHeartbeat,
+    live_settings_enabled,
     live_settings_preload,
-    live_settings_running,
-    live_settings_start,
-    live_settings_stop,
-    live_settings_task,
     on_settings_applied,
     register_stats_provider,
     settings_apply,
     settings_current,
+    settings_follow,
     settings_forget,
     worker_id,
+    worker_stats_running,
+    worker_stats_start,
+    worker_stats_stop,
+    worker_stats_task,
 )
 from concurrency.manager import get_manager, reset_manager
 from concurrency.models import ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get
 from concurrency.services import concurrency_settings_update
+from infra.changefeed import ChangeWatcher, Registry, change_watch_start, change_watch_stop, feed_channel
+from infra.models import ChangeGeneration
 from infra.worker_tasks import WorkerTasksMiddleware
 from tests.asgi_doubles import receive_unused, send_unused
 from tests.concurrency.manager_helpers import fresh_process_state
@@ -44,9 +49,15 @@ def process_state() -> Iterator[None]:
 
 
 @pytest.fixture
-async def stop_runner() -> AsyncIterator[None]:
-    yield
-    await live_settings_stop()
+async def watcher(settings) -> AsyncIterator[ChangeWatcher]:
+    """This process's change feed watcher following the settings (and nothing else), the table read every 0.1 s."""
+    settings.REDIS_URL = ""
+    registry = Registry()
+    registry.on_change(SETTINGS_TOPIC, settings_follow)
+    started = change_watch_start(ChangeWatcher(registry=registry, poll_interval=0.1))
+    assert started is not None
+    yield started
+    await change_watch_stop()
 
 
 def current_version() -> int:
@@ -130,7 +141,7 @@ def test_snapshots_survive_the_json_round_trip() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_start_up_applies_the_stored_row_before_any_runner() -> None:
+def test_start_up_applies_the_stored_row_before_the_watcher_starts() -> None:
     concurrency_settings_update(user=None, limit_chat=3, telemetry_sample_rate=0.2)
     settings_forget()  # as in a new process: the row is stored, nothing applied yet
     reset_manager()
@@ -141,28 +152,31 @@ def test_start_up_applies_the_stored_row_before_any_runner() -> None:
 
     assert get_manager().limit("chat") == 3
     assert seen == [0.2]
-    assert not live_settings_preload()  # once applied, the runner keeps it in step
+    assert not live_settings_preload()  # once applied, the change feed keeps it in step
 
 
-# --------------------------------------------------------------------------------------------- the runner
+# --------------------------------------------------------------------------------------------- through the change feed
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_the_runner_applies_the_row_at_start(stop_runner) -> None:
+async def test_the_watcher_applies_the_row_at_start(settings) -> None:
     await database_sync_to_async(concurrency_settings_update)(user=None, limit_chat=3)
     reset_manager()
     settings_forget()
 
-    live_settings_start(LiveSettingsRunner(redis_url=""))
-
-    await until(lambda: get_manager().limit("chat") == 3, within=1.0)
-    assert current_version() == 2
+    registry = Registry()
+    registry.on_change(SETTINGS_TOPIC, settings_follow)
+    settings.REDIS_URL = ""
+    change_watch_start(ChangeWatcher(registry=registry))
+    try:
+        await until(lambda: get_manager().limit("chat") == 3, within=1.0)
+        assert current_version() == 2
+    finally:
+        await change_watch_stop()
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_saved_change_reconfigures_this_process_within_a_second(stop_runner) -> None:
-    await database_sync_to_async(concurrency_settings_get)()
-    live_settings_start(LiveSettingsRunner(redis_url=""))
+async def test_a_saved_change_reconfigures_this_process_within_a_second(watcher) -> None:
     await until(lambda: settings_current() is not None, within=1.0)
 
     # The save runs on another thread, as in a sync view; the apply is handed to this loop.
@@ -172,13 +186,12 @@ async def test_a_saved_change_reconfigures_this_process_within_a_second(stop_run
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_change_saved_by_another_process_arrives_through_the_database_poll(stop_runner) -> None:
-    await database_sync_to_async(concurrency_settings_get)()
-    live_settings_start(LiveSettingsRunner(redis_url=""))
+async def test_a_change_saved_by_another_process_arrives_through_the_feed_table(watcher) -> None:
     await until(lambda: settings_current() is not None, within=1.0)
 
-    # Another process saved: the row changes, but nothing in this process was told.
+    # Another process saved and published: the row and its topic's generation moved, nothing here was told.
     await ConcurrencySettings.objects.filter(pk=1).aupdate(limit_embedding=5, version=9)
+    await ChangeGeneration.objects.aupdate_or_create(topic=SETTINGS_TOPIC, defaults={"generation": 1000})
 
     elapsed = await until(lambda: get_manager().limit("embedding") == 5, within=1.0)
     assert current_version() == 9
@@ -186,45 +199,58 @@ async def test_a_change_saved_by_another_process_arrives_through_the_database_po
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_start_is_idempotent_and_stop_ends_the_task() -> None:
-    first = live_settings_start(LiveSettingsRunner(redis_url=""))
-    second = live_settings_start()
+async def test_a_lower_version_in_the_database_is_applied_too(watcher) -> None:
+    await until(lambda: settings_current() is not None, within=1.0)
+    settings_apply(snapshot(50, limits={"chat": 7}))
 
-    assert first is not None and first is second
-    assert live_settings_running() is not None
+    # A restore: the database's version is lower than the one applied here, and it is the authority.
+    await ConcurrencySettings.objects.filter(pk=1).aupdate(limit_chat=4, version=3)
+    await ChangeGeneration.objects.aupdate_or_create(topic=SETTINGS_TOPIC, defaults={"generation": 2000})
 
-    await live_settings_stop()
-    assert first.done()
-    assert live_settings_running() is None
+    await until(lambda: get_manager().limit("chat") == 4, within=1.0)
+    assert current_version() == 3
+
+
+async def test_following_the_settings_can_be_switched_off(settings) -> None:
+    settings.CONCURRENCY_LIVE_SETTINGS = False
+
+    assert not live_settings_enabled()
+
+
+# --------------------------------------------------------------------------------------------- the stats heartbeat
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_the_asgi_wrapper_starts_the_task_on_the_first_connection(stop_runner, settings) -> None:
+async def test_the_asgi_wrapper_starts_the_heartbeat_on_the_first_connection_with_redis(redis_prefix, settings) -> None:
     settings.CONCURRENCY_LIVE_SETTINGS = True  # the suite's settings switch it off for other apps' tests
     calls: list[str] = []
 
     async def app(scope, receive, send) -> None:
         calls.append(scope["type"])
 
-    wrapped = WorkerTasksMiddleware(app, [live_settings_task])
-    await wrapped({"type": "http"}, receive_unused, send_unused)
-    await wrapped({"type": "websocket"}, receive_unused, send_unused)
+    wrapped = WorkerTasksMiddleware(app, [worker_stats_task])
+    try:
+        await wrapped({"type": "http"}, receive_unused, send_unused)
+        await wrapped({"type": "websocket"}, receive_unused, send_unused)
 
-    assert calls == ["http", "websocket"]
-    assert live_settings_running() is not None
+        assert calls == ["http", "websocket"]
+        assert worker_stats_running() is not None
+    finally:
+        await worker_stats_stop()
 
 
-async def test_the_asgi_wrapper_can_be_switched_off(settings) -> None:
-    settings.CONCURRENCY_LIVE_SETTINGS = False
+async def test_without_redis_there_is_no_heartbeat(settings) -> None:
+    settings.CONCURRENCY_LIVE_SETTINGS = True
+    settings.REDIS_URL = ""
     calls: list[str] = []
 
     async def app(scope, receive, send) -> None:
         calls.append(scope["type"])
 
-    await WorkerTasksMiddleware(app, [live_settings_task])({"type": "http"}, receive_unused, send_unused)
+    await WorkerTasksMiddleware(app, [worker_stats_task])({"type": "http"}, receive_unused, send_unused)
 
     assert calls == ["http"]
-    assert live_settings_running() is None
+    assert worker_stats_running() is None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -240,10 +266,10 @@ async def test_the_asgi_wrapper_answers_lifespan_itself() -> None:
     async def app(scope, receive, send) -> None:  # pragma: no cover - must not be called for lifespan
         raise AssertionError("lifespan reached the application")
 
-    await WorkerTasksMiddleware(app, [live_settings_task])({"type": "lifespan"}, inbox.get, send)
+    await WorkerTasksMiddleware(app, [worker_stats_task])({"type": "lifespan"}, inbox.get, send)
 
     assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
-    assert live_settings_running() is None
+    assert worker_stats_running() is None
 
 
 # --------------------------------------------------------------------------------------------- with Redis
@@ -267,23 +293,28 @@ def redis_prefix(settings) -> Iterator[str]:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_change_published_by_another_worker_is_applied_within_a_second(redis_prefix, stop_runner) -> None:
+async def test_a_change_published_by_another_worker_is_applied_within_a_second(redis_prefix) -> None:
     import redis.asyncio as aioredis
 
     await database_sync_to_async(concurrency_settings_get)()
-    runner = LiveSettingsRunner(redis_url=REDIS_URL, prefix=redis_prefix, db_poll_interval=60)
-    live_settings_start(runner)
-    await until(lambda: settings_current() is not None and runner._pubsub is not None, within=3)
-
+    registry = Registry()
+    registry.on_change(SETTINGS_TOPIC, settings_follow)
+    watcher = ChangeWatcher(registry=registry, redis_url=REDIS_URL, prefix=redis_prefix, safety_interval=60)
+    change_watch_start(watcher)
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
-        change = snapshot(current_version() + 1, limits={"chat": 1, "default": 2})
-        await client.publish(f"{redis_prefix}:concurrency:settings", change.to_json())
+        await until(lambda: settings_current() is not None and watcher.listening, within=3)
+        reads = watcher.table_reads
+
+        # Another worker saved (the row moved) and published: its notice is all this worker hears.
+        await ConcurrencySettings.objects.filter(pk=1).aupdate(limit_chat=1, limit_default=2, version=5)
+        await client.publish(feed_channel(redis_prefix), f"1 {SETTINGS_TOPIC}")
+
+        await until(lambda: get_manager().limit("chat") == 1, within=1.0)
+        assert watcher.table_reads == reads  # the notice did it, not the feed's table read
     finally:
         await client.aclose()
-
-    await until(lambda: get_manager().limit("chat") == 1, within=1.0)
-    assert runner.applied_from_redis == 1  # the message did it, not the (disabled) database poll
+        await change_watch_stop()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -294,7 +325,7 @@ async def test_the_worker_publishes_its_stats_with_a_short_ttl_and_leaves_on_sto
     client = aioredis.Redis.from_url(REDIS_URL)
     key = f"{redis_prefix}:concurrency:workers:{worker_id()}"
     try:
-        live_settings_start(LiveSettingsRunner(redis_url=REDIS_URL, prefix=redis_prefix))
+        worker_stats_start(StatsHeartbeat(redis_url=REDIS_URL, prefix=redis_prefix))
         for _ in range(100):
             raw = await client.get(key)
             if raw is not None:
@@ -308,11 +339,11 @@ async def test_the_worker_publishes_its_stats_with_a_short_ttl_and_leaves_on_sto
         assert 0 < await client.ttl(key) <= 5
         assert await client.zscore(f"{redis_prefix}:concurrency:workers", worker_id()) is not None
 
-        await live_settings_stop()
+        await worker_stats_stop()
 
         assert await client.get(key) is None
         assert await client.zscore(f"{redis_prefix}:concurrency:workers", worker_id()) is None
     finally:
         unregister()
-        await live_settings_stop()
+        await worker_stats_stop()
         await client.aclose()

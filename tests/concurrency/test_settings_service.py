@@ -9,11 +9,12 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
-from concurrency.live import settings_current
+from concurrency.live import SETTINGS_TOPIC, settings_current
 from concurrency.manager import get_manager
 from concurrency.models import ConcurrencySettings
 from concurrency.selectors import concurrency_settings_get, concurrency_settings_snapshot, concurrency_settings_version
 from concurrency.services import concurrency_settings_update
+from infra.models import ChangeGeneration
 from tests.concurrency.manager_helpers import fresh_process_state
 
 pytestmark = pytest.mark.django_db
@@ -148,7 +149,8 @@ def test_after_commit_the_change_reaches_this_process_manager(django_capture_on_
             user=None, limit_chat=3, limit_embedding=20, priority_enabled=True, starvation_threshold=4, max_waiters=7
         )
 
-    assert len(callbacks) == 1
+    assert len(callbacks) == 2  # applied here at once, and published to every worker through the change feed
+    assert ChangeGeneration.objects.get(topic=SETTINGS_TOPIC).generation == 1
     assert manager.limit("chat") == 3
     assert manager.limit("embedding") == 20
     assert manager.mode == "priority"
@@ -165,6 +167,7 @@ def test_nothing_is_applied_when_the_transaction_rolls_back(django_capture_on_co
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         concurrency_settings_update(user=None, limit_chat=limit_before + 1)
 
-    # Callbacks registered but not run: as after a rollback, the manager is untouched.
-    assert len(callbacks) == 1
+    # Callbacks registered but not run: as after a rollback, the manager is untouched and nothing is published.
+    assert len(callbacks) == 2
     assert manager.limit("chat") == limit_before
+    assert not ChangeGeneration.objects.filter(topic=SETTINGS_TOPIC).exists()

@@ -61,6 +61,12 @@ def settings_form(settings: dict, csrf: str, **changes) -> dict:
     return data
 
 
+def settings_handled(worker: Worker) -> int:
+    """How many times this worker's change feed watcher ran the settings handler."""
+    feed = worker.http.get(API_STATUS).json()["worker"]["extra"]["change_feed"]
+    return int(feed["dispatched"].get("concurrency.settings", 0))
+
+
 def chat_limit(worker: Worker) -> int:
     return int(worker.http.get(API_STATUS).json()["worker"]["manager"]["backends"]["chat"]["limit"])
 
@@ -74,6 +80,7 @@ def test_a_limit_changed_on_one_worker_reaches_both_within_a_second(two_workers)
 
     assert poll(lambda: both_listed(a) and both_listed(b), within=5), "the workers do not see each other"
     before = b.http.get(API_STATUS).json()
+    handled_before = {name: settings_handled(worker) for name, worker in (("A", a), ("B", b))}
     new_limit = before["worker"]["manager"]["backends"]["chat"]["limit"] + 5
 
     a.http.get(CONSOLE)
@@ -98,6 +105,9 @@ def test_a_limit_changed_on_one_worker_reaches_both_within_a_second(two_workers)
         assert applied_after[name] < 1.0
     times = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in applied_after.items())
     print(f"applied after the save on worker A: {times}")
+    # Through the change feed: each worker's one watcher ran the settings handler for the change.
+    for name, worker in (("A", a), ("B", b)):
+        assert settings_handled(worker) > handled_before[name], f"worker {name}'s change feed did not carry it"
 
     # Both workers' published stats carry the new settings. With Redis the limit is the cluster's, set once: both
     # workers draw from it, so it is shown once, not summed over them.

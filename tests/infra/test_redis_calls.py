@@ -101,7 +101,7 @@ async def test_the_channel_layer_stops_receiving_when_cancelled(client, monkeypa
 
 
 async def test_a_rate_limit_check_stops_when_cancelled(client) -> None:
-    from rag.ratelimit import RateRule, RedisRateLimiter, SlidingWindowRateLimiter
+    from infra.ratelimit import RateRule, RedisRateLimiter, SlidingWindowRateLimiter
 
     _redis, prefix, url = client
     limiter = RedisRateLimiter(url, prefix=prefix, fallback=SlidingWindowRateLimiter(0))

@@ -1,4 +1,4 @@
-"""Each test starts with a fresh worker: empty prompt memory, no generation in the cache, a fake clock."""
+"""Each test starts with a fresh worker: empty prompt memory and a fake clock."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.core.cache import cache
 
-from prompts.memory import GENERATION_KEY, memory
+from prompts.memory import memory
 from tests.fake_clock import FakeClock
 
 
@@ -17,11 +16,9 @@ def clock() -> Iterator[FakeClock]:
     fake = FakeClock()
     memory.reset()
     memory.clock = fake
-    cache.delete(GENERATION_KEY)
     yield fake
     memory.reset()
     memory.clock = time.monotonic
-    cache.delete(GENERATION_KEY)
 
 
 @pytest.fixture(autouse=True)

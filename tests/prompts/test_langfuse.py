@@ -174,12 +174,11 @@ def test_an_expired_copy_is_served_at_once_while_one_fetch_refreshes_it(settings
 async def test_aprompt_get_serves_an_expired_copy_without_a_thread_hop(settings, langfuse_server, clock, monkeypatch):
     _use_langfuse(settings, langfuse_server.url)
     settings.PROMPT_LANGFUSE_CACHE_TTL = 30.0
-    settings.PROMPT_CACHE_CHECK_INTERVAL = 60.0
     langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(7, "v7 {{language}}")
     first = await aprompt_get(name=NAME)
     langfuse_server.prompts[(NAME, "production")] = _langfuse_prompt(8, "v8 {{language}}")
     langfuse_server.answering.clear()
-    clock.advance(31.0)  # expired, and no generation check due: nothing to read but memory
+    clock.advance(31.0)  # expired: nothing to read but memory
 
     def hop(*args: object) -> None:
         raise AssertionError("an expired copy must be served without waiting on the Langfuse path")

@@ -1,11 +1,11 @@
 import pytest
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from django.core.cache import cache
 
 import prompts.selectors as selectors
 from prompts.catalogue import CATALOGUE
 from prompts.errors import PromptNotFoundError
-from prompts.memory import GENERATION_KEY, memory
+from prompts.memory import memory, prompts_follow
 from prompts.models import Prompt
 from prompts.selectors import aprompt_get, prompt_get
 from prompts.services import prompt_label_move, prompt_version_create
@@ -32,21 +32,21 @@ def test_fresh_memory_copy_costs_no_query(django_assert_num_queries, clock):
     first = prompt_get(name=NAME)
     with django_assert_num_queries(0):
         assert prompt_get(name=NAME) is first
-        clock.advance(1.5)  # generation check due: one cache read, still no query
+        clock.advance(3600)  # nothing to check: the change feed tells this worker when prompts change
         assert prompt_get(name=NAME) is first
 
 
 @pytest.mark.django_db
-def test_change_in_another_worker_is_seen_within_the_interval(clock, django_capture_on_commit_callbacks):
+def test_change_in_another_worker_is_seen_once_the_change_feed_tells(django_capture_on_commit_callbacks):
     assert prompt_get(name=NAME).version == 1
-    # Another worker creates v2 as production; its on-commit hook bumps the shared generation, not our memory.
+    # Another worker creates v2 as production; its on-commit hooks publish on the change feed, not to our memory.
     with django_capture_on_commit_callbacks(execute=False):
         prompt_version_create(name=NAME, template=NEW_TEXT, config={}, labels=["production"])
-    cache.set(GENERATION_KEY, 42)
-    clock.advance(0.5)
-    assert prompt_get(name=NAME).version == 1  # inside the check interval: memory
-    clock.advance(0.6)
-    assert prompt_get(name=NAME).version == 2  # 1.1 s later: generation re-read, snapshots dropped
+    assert prompt_get(name=NAME).version == 1  # memory
+
+    async_to_sync(prompts_follow)()  # what this worker's watcher runs when the topic moves
+
+    assert prompt_get(name=NAME).version == 2
 
 
 @pytest.mark.django_db
@@ -58,19 +58,6 @@ def test_change_in_this_worker_is_seen_at_once(django_capture_on_commit_callback
     with django_capture_on_commit_callbacks(execute=True):
         prompt_label_move(name=NAME, label="production", version=1)  # roll back
     assert prompt_get(name=NAME).version == 1
-
-
-@pytest.mark.django_db
-def test_check_interval_is_configurable(settings, clock, django_capture_on_commit_callbacks):
-    settings.PROMPT_CACHE_CHECK_INTERVAL = 5.0
-    assert prompt_get(name=NAME).version == 1
-    with django_capture_on_commit_callbacks(execute=False):
-        prompt_version_create(name=NAME, template=NEW_TEXT, config={}, labels=["production"])
-    cache.set(GENERATION_KEY, "another worker")
-    clock.advance(4.0)
-    assert prompt_get(name=NAME).version == 1
-    clock.advance(1.0)
-    assert prompt_get(name=NAME).version == 2
 
 
 @pytest.mark.django_db
@@ -99,7 +86,7 @@ def test_a_name_without_any_version_is_served_from_the_catalogue():
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_aprompt_get_makes_no_hop_when_fresh_and_one_when_due(monkeypatch, clock):
+async def test_aprompt_get_makes_no_hop_when_held_and_one_after_a_change(monkeypatch, clock):
     created = await database_sync_to_async(prompt_version_create)(name=NAME, template=NEW_TEXT, config={})
     first = await aprompt_get(name=NAME, label="latest")
     assert (first.version, first.template) == (created.version, NEW_TEXT)
@@ -113,19 +100,20 @@ async def test_aprompt_get_makes_no_hop_when_fresh_and_one_when_due(monkeypatch,
 
     monkeypatch.setattr(selectors, "database_sync_to_async", counting_hop)
     assert await aprompt_get(name=NAME, label="latest") is first
-    assert hops == []
-    clock.advance(1.1)
-    assert await aprompt_get(name=NAME, label="latest") is first  # generation unchanged: same snapshot
-    assert hops == ["_database_resolve"]
+    clock.advance(3600)
     assert await aprompt_get(name=NAME, label="latest") is first
+    assert hops == []
+    await prompts_follow()  # prompts changed somewhere: the next read loads them again, once
+    again = await aprompt_get(name=NAME, label="latest")
+    assert (again.version, again.template) == (first.version, first.template)
+    assert await aprompt_get(name=NAME, label="latest") is again
     assert hops == ["_database_resolve"]
 
 
 def _move_production_as_another_worker(*, to_version: int) -> None:
-    """Another worker's roll-back: rows change and the shared generation moves; this worker's memory is untouched."""
+    """Another worker's roll-back: rows change and the topic is published; this worker's memory is untouched."""
     Prompt.objects.filter(name=NAME).exclude(version=to_version).update(labels=[])
     Prompt.objects.filter(name=NAME, version=to_version).update(labels=["production"])
-    cache.set(GENERATION_KEY, "bumped by another worker")
 
 
 # Transactional (the async path reads the database from another thread). These tests create their own versions:
@@ -137,9 +125,8 @@ async def test_aprompt_get_sees_a_change_from_another_worker(clock):
     newer = await create(name=NAME, template=NEW_TEXT + "\nBe brief.", config={}, labels=["production"])
     assert (await aprompt_get(name=NAME)).version == newer.version  # this worker's own change: seen at once
     await database_sync_to_async(_move_production_as_another_worker)(to_version=older.version)
-    clock.advance(0.9)
     assert (await aprompt_get(name=NAME)).version == newer.version
-    clock.advance(0.1)
+    await prompts_follow()  # the change feed's watcher, told of the topic
     assert (await aprompt_get(name=NAME)).version == older.version
     held = memory.peek(NAME, "production")
     assert held is not None and held.version == older.version

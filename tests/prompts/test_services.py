@@ -1,9 +1,9 @@
 import pytest
-from django.core.cache import cache
 
+from infra.models import ChangeGeneration
 from prompts.catalogue import CATALOGUE
 from prompts.errors import PromptNotFoundError, PromptValidationError
-from prompts.memory import GENERATION_KEY
+from prompts.memory import PROMPTS_TOPIC
 from prompts.models import Prompt
 from prompts.services import prompt_diff, prompt_label_move, prompt_rollback, prompt_version_create
 
@@ -113,17 +113,20 @@ def test_diff_shows_template_and_config_changes():
         prompt_diff(name=NAME, version_a=1, version_b=5)
 
 
-def test_every_change_bumps_the_generation_after_commit(django_capture_on_commit_callbacks):
+def published() -> int:
+    return ChangeGeneration.objects.filter(topic=PROMPTS_TOPIC).values_list("generation", flat=True).first() or 0
+
+
+def test_every_change_is_published_on_the_change_feed_after_commit(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         _new_version()
-    assert len(callbacks) == 1 and cache.get(GENERATION_KEY) is None  # nothing before commit
+    assert len(callbacks) == 2 and published() == 0  # nothing before commit (this worker's drop, the publish)
     for callback in callbacks:
         callback()
-    first = cache.get(GENERATION_KEY)
-    assert first is not None
+    assert published() == 1
     with django_capture_on_commit_callbacks(execute=True):
         prompt_label_move(name=NAME, label="production", version=2)
-    assert cache.get(GENERATION_KEY) == first + 1
+    assert published() == 2
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        prompt_label_move(name=NAME, label="production", version=2)  # already there: no change, no bump
-    assert callbacks == [] and cache.get(GENERATION_KEY) == first + 1
+        prompt_label_move(name=NAME, label="production", version=2)  # already there: no change, no publish
+    assert callbacks == [] and published() == 2

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,7 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from rag.documents.services import MAX_UPLOAD_BYTES
 from scripts.cluster import NGINX_SITE, Cluster, free_port, render_main, render_site
+from tests.daphne_workers import poll
 from tests.scripts.clusters import NGINX, running_cluster
 from tests.stream_clients import ws_ask
 
@@ -42,6 +46,58 @@ def test_nginx_accepts_the_rendered_configuration(tmp_path: Path) -> None:
     main.write_text(render_main(tmp_path, site))
     done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(main)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def body_limit(conf: str) -> int:
+    """client_max_body_size of an nginx file, in bytes."""
+    match = re.search(r"^\s*client_max_body_size\s+(\d+)([km]?);", conf, re.MULTILINE)
+    assert match is not None, "no client_max_body_size"
+    return int(match.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[match.group(2)]
+
+
+@pytest.mark.parametrize("conf", ["helpcentre.conf", "compose.conf"])
+def test_the_recipe_bounds_bodies_at_the_apps_upload_limit(conf: str) -> None:
+    # the largest upload the app takes, and a megabyte for the multipart form around it
+    assert body_limit((NGINX_SITE.parent / conf).read_text()) == MAX_UPLOAD_BYTES + 1024 * 1024
+
+
+def post_status(port: int, length: int, *, send_body: bool = True) -> int:
+    """The status nginx answers a POST of `length` bytes (or one that only announces them)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+        head = f"POST /api/v1/rag/uploads HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\n\r\n"
+        sock.sendall(head.encode())
+        if send_body:
+            sock.sendall(b"x" * length)
+        status_line = sock.makefile("rb").readline().decode()
+    return int(status_line.split()[1])
+
+
+@needs_nginx
+def test_nginx_refuses_a_body_past_the_limit_before_a_worker_reads_it(tmp_path: Path) -> None:
+    assert NGINX is not None
+    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (tmp_path / kind).mkdir()
+    listen = free_port()
+    site = tmp_path / "site.conf"
+    # the worker's port has nothing behind it: a body nginx lets through ends in 502
+    site.write_text(render_site(NGINX_SITE.read_text(), ports=[free_port()], listen=listen, static_root=tmp_path))
+    main = tmp_path / "nginx.conf"
+    main.write_text(render_main(tmp_path, site))
+    nginx = subprocess.Popen([NGINX, "-p", str(tmp_path), "-c", str(main)], stderr=subprocess.PIPE)
+    try:
+        assert poll(lambda: _listening(listen), within=10.0), nginx.stderr
+        # refused on its Content-Length alone: nothing of it is read
+        assert post_status(listen, MAX_UPLOAD_BYTES + 2 * 1024 * 1024, send_body=False) == 413
+        # the largest file the app takes is let through, to the worker that is not there
+        assert post_status(listen, MAX_UPLOAD_BYTES) == 502
+    finally:
+        nginx.terminate()
+        nginx.wait(10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(scope="module")

@@ -63,9 +63,20 @@ class EvalResult:
     questions: int
     skipped: int
     mode: str = ""
+    # questions whose gold paragraph came first, of all and of the even and odd questions in file order (a gain
+    # that shows on both halves is not one sample's luck)
+    hits_at_1: int = 0
+    halves_at_1: tuple[float, float] = (0.0, 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {f"recall@{k}": round(self.recall[k], 4) for k in self.ks}
+        out.update(
+            {
+                "hits@1": self.hits_at_1,
+                "recall@1_even": round(self.halves_at_1[0], 4),
+                "recall@1_odd": round(self.halves_at_1[1], 4),
+            }
+        )
         out.update(
             mrr=round(self.mrr, 4),
             query_ms_p50=round(statistics.median(self.query_ms), 3),
@@ -308,9 +319,16 @@ def evaluate_squad(
             questions=len(variant_ranks),
             skipped=len(sink),
             mode=variant.label,
+            hits_at_1=sum(1 for r in variant_ranks if r == 1),
+            halves_at_1=(first_share(variant_ranks[0::2]), first_share(variant_ranks[1::2])),
         )
         for variant, variant_ranks, variant_latencies in zip(variants, ranks, latencies, strict=True)
     ]
+
+
+def first_share(ranks: Sequence[int]) -> float:
+    """The share of `ranks` that are 1 (0.0 for none)."""
+    return sum(1 for r in ranks if r == 1) / len(ranks) if ranks else 0.0
 
 
 def parse_modes(raw: str | None) -> list[SearchMode]:
@@ -436,6 +454,8 @@ class Command(BaseCommand):
         )
         for k in result.ks:
             self.stdout.write(f"  recall@{k:<3} {result.recall[k]:.4f}")
+        even, odd = result.halves_at_1
+        self.stdout.write(f"  hits@1      {result.hits_at_1} (recall@1 even questions {even:.4f}, odd {odd:.4f})")
         self.stdout.write(f"  MRR@{max(result.ks):<5} {result.mrr:.4f}")
         self.stdout.write(f"  query ms    p50 {summary['query_ms_p50']:.2f}  p95 {summary['query_ms_p95']:.2f}")
         self.stdout.write(f"  index       {result.index_seconds:.2f} s (load {result.load_seconds:.2f} s)")

@@ -167,6 +167,16 @@ async def test_more_concise_shortens_the_previous_answer_without_a_new_search(ch
     assert transformed is not None and transformed.intent == "conversation_followup"
 
 
+async def test_more_concise_keeps_what_answered_the_question(chat_key: CreatedKey) -> None:
+    # As Open WebUI sent it: the answer to "How long is the reset link valid?" says so in its last sentence.
+    response = await api_request(COMPLETIONS, encoded(fixture("regenerate_more_concise.json")), secret=chat_key.secret)
+
+    chunks = chunks_of(response.body)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert "valid for 30 minutes" in text
+    assert "Select Send reset link" not in text
+
+
 async def test_form_links_are_absolute_with_public_base_url(chat_key: CreatedKey, settings: Any) -> None:
     settings.PUBLIC_BASE_URL = "https://help.example.org"
     from rag import wiring

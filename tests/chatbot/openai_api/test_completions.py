@@ -228,7 +228,8 @@ async def test_a_disconnect_mid_answer_frees_the_llm_slot_promptly(
     else:  # nothing is sent before the whole answer: wait for the answer's call to hold its slot
 
         def answer_holds_its_slot() -> bool:  # the simulator's stats are a blocking HTTP call: read in a thread
-            return app_sim.stats()["running"] == 1 and chat_stats(manager)["in_progress"] == 1
+            upstream = app_sim.stats()  # the planner's call completed first: the one running is the answer's
+            return upstream["completed"] >= 1 and upstream["running"] == 1 and chat_stats(manager)["in_progress"] == 1
 
         await until_async(lambda: asyncio.to_thread(answer_holds_its_slot), within=20.0)
         assert await communicator.receive_nothing(timeout=0.1)

@@ -1,22 +1,23 @@
 """The organisation's name and words: set once (command or admin), seen by the chat page and the offline rules,
-refreshed in every worker through the generation in Django's cache."""
+refreshed in every worker through the change feed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from io import StringIO
 
 import pytest
-from django.core.cache import cache
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from rag.branding.memory import GENERATION_KEY, OrganisationMemory, memory
-from rag.branding.models import Branding
+from infra.changefeed import ChangeWatcher, Registry, change_watch_start, change_watch_stop
+from rag.branding.memory import TOPIC, OrganisationMemory, memory
 from rag.branding.selectors import organisation_read, organisation_source
 from rag.branding.texts import DEFAULT_EN
 from rag.nodes.response_synth import ResponseSynth
 from tests.rag.nodes.support import make_state, make_writer
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,27 +77,24 @@ async def test_offline_refusals_use_the_words_from_the_database() -> None:
     assert "phone Acme on 555-0100" in state.answer
 
 
-def test_another_worker_sees_a_change_after_its_check_interval(settings) -> None:
-    settings.BRANDING_CHECK_INTERVAL = 5.0
-    now = [100.0]
-    other = OrganisationMemory(clock=lambda: now[0])  # another worker's copy
-    assert other.load(organisation_read).en.name == DEFAULT_EN.name
-    call_command("branding", "set", "--name", "Acme Helper", stdout=StringIO())
-    assert cache.get(GENERATION_KEY) is not None
-    now[0] += 1.0
-    peeked = other.peek()
-    assert peeked is not None and peeked.en.name == DEFAULT_EN.name  # not checked yet: memory only
-    now[0] += 5.0
-    assert other.peek() is None  # a check is due
-    assert other.load(organisation_read).en.name == "Acme Helper"
+async def test_another_worker_drops_its_copy_when_the_change_feed_carries_a_change(settings) -> None:
+    """Another worker's copy, followed by a watcher of its own: a change by a command reaches it through the
+    change feed's table (no Redis here), and it reads the new words once."""
+    settings.REDIS_URL = ""
+    other = OrganisationMemory(TOPIC)
+    registry = Registry()
+    registry.on_change(TOPIC, other.drop)
+    assert (await asyncio.to_thread(other.load, organisation_read)).en.name == DEFAULT_EN.name
+    change_watch_start(ChangeWatcher(registry=registry, poll_interval=0.02))
+    try:
+        await until(lambda: other.peek() is None, within=2)  # the watcher's first read runs every handler
+        await asyncio.to_thread(other.load, organisation_read)
+        held = other.peek()
+        assert held is not None and held.en.name == DEFAULT_EN.name  # memory only until a change
 
+        await asyncio.to_thread(call_command, "branding", "set", "--name", "Acme Helper", stdout=StringIO())
 
-def test_without_a_shared_cache_a_change_by_another_process_is_read_at_the_next_check(settings) -> None:
-    """A command's change bumps the generation in its own process's memory only: the server re-reads the row."""
-    if "locmem" not in settings.CACHES["default"]["BACKEND"].lower():
-        pytest.skip("with Redis the generation is shared; the test above covers it")
-    settings.BRANDING_CHECK_INTERVAL = 0.0
-    other = OrganisationMemory()
-    other.load(organisation_read)
-    Branding.objects.update_or_create(pk=1, defaults={"name": "From a command"})  # no bump this worker can see
-    assert other.load(organisation_read).zh.name == "From a command"
+        await until(lambda: other.peek() is None, within=2)
+        assert (await asyncio.to_thread(other.load, organisation_read)).en.name == "Acme Helper"
+    finally:
+        await change_watch_stop()

@@ -9,6 +9,7 @@ from rag.curated.index import CuratedAnswers
 from rag.curated.models import CuratedAnswer
 from rag.curated.services import curated_answer_changed, curated_answer_create
 from rag.retrieval.embedding import LexicalEmbedder
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,3 +65,18 @@ def test_a_write_reloads_the_copy_and_retires_the_cached_answers_it_supersedes()
     CuratedAnswer.objects.filter(pk=row.pk).update(active=False)
     curated_answer_changed()
     assert curated.sync() is True and len(curated) == 0
+
+
+async def test_hits_are_written_shortly_after_they_are_counted() -> None:
+    await sync_to_async(curated_answer_create)(
+        question="How do I reset my password?", answer="Use the Forgot password link.", language="en"
+    )
+    curated = await sync_to_async(_answers)(hits_flush_delay=0.05)
+
+    assert await _lookup(curated, "how do I reset my password", "en") is not None
+    assert await _lookup(curated, "How do I reset my password?", "en") is not None
+
+    async def hits() -> int:
+        return (await CuratedAnswer.objects.aget()).hits
+
+    await until_async(hits, lambda count: count == 2, within=2)  # nothing else wrote them: no sync ran

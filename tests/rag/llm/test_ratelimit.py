@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
+from concurrency.manager import LLMConcurrencyManager
 from devtools.simulator.testing import SimulatorProcess
 from rag.errors import Busy
 from rag.llm.ratelimit import RateLimited, SlidingWindowRPM
+from rag.wiring import build_llm_backend
+from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, VirtualTime
 
 
@@ -91,14 +95,20 @@ async def test_cancelled_waiter_gives_its_spot_back() -> None:
         await never.wait()
 
     limiter = SlidingWindowRPM(lambda _: 1, window=60.0, clock=fake.clock, sleep=blocking_sleep)
+
+    async def next_start() -> float:
+        with pytest.raises(RateLimited) as info:
+            await limiter.wait("chat", max_wait=0)  # refused at once: says when, books nothing
+        return info.value.retry_after
+
     await limiter.wait("chat", 0)
     waiter = asyncio.create_task(limiter.wait("chat", max_wait=100))
     await asyncio.sleep(0)
-    assert limiter.next_start("chat") == pytest.approx(120.0)  # the waiter booked the spot at +60
+    assert await next_start() == pytest.approx(120.0)  # the waiter booked the spot at +60
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    assert limiter.next_start("chat") == pytest.approx(60.0)
+    assert await next_start() == pytest.approx(60.0)
 
 
 async def test_policy_waits_for_the_window_and_busy_past_the_deadline(
@@ -137,3 +147,24 @@ async def test_retries_count_against_the_window(
     assert virtual_time.clock() - started >= 1.0
     assert attempts.outcomes == ["ok", "status", "ok"]
     assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 3
+
+
+async def test_llm_rpm_limit_holds_for_two_workers_sharing_redis(
+    settings: Any, sim: SimulatorProcess, manager: LLMConcurrencyManager
+) -> None:
+    url = suite_redis_url("a cluster-wide LLM_RPM_LIMIT")
+    with fresh_prefix(url, "llm-rpm") as prefix:
+        settings.REDIS_URL, settings.REDIS_PREFIX, settings.LLM_CLUSTER_LIMITS = url, prefix, True
+        settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_RPM_LIMIT = sim.base_url, "test", 2
+        # two workers' backends, built as each worker builds its own: a policy and a Redis client each
+        workers = [backend for backend in (build_llm_backend(), build_llm_backend()) if backend is not None]
+        assert len(workers) == 2
+        await workers[0].complete(backend="chat", node="n", messages=USER)
+        await workers[1].complete(backend="chat", node="n", messages=USER)
+        # The cluster's two a minute are used: the third call, on either worker, is refused before it is sent
+        # (its spot is a minute away, past the manager's 5 s wait bound).
+        for worker in workers:
+            with pytest.raises(Busy) as info:
+                await worker.complete(backend="chat", node="n", messages=USER)
+            assert 50 < (info.value.retry_after or 0) <= 60
+        assert (await sim.astats())["endpoints"]["chat"]["attempts"] == 2

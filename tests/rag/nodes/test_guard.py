@@ -1,8 +1,8 @@
 import pytest
 
+from infra.ratelimit import SlidingWindowRateLimiter
 from rag.deps import PipelineConfig, PipelineDeps
 from rag.nodes.guard import NODE_TYPE, Guard
-from rag.ratelimit import SlidingWindowRateLimiter
 from tests.rag.nodes.support import InMemoryRetriever, make_state, make_writer
 
 

@@ -83,7 +83,7 @@ def test_llm_settings_build_one_backend_with_per_node_models(isolated: Any) -> N
         assert llm.policy.config.rpm_for("chat") == 7 and llm.policy.config.rpm_for("embedding") == 0
         assert (llm.policy.config.max_attempts, llm.policy.config.backoff_max) == (2, 4.0)
         assert llm.config.total_timeout == 33.0
-        assert llm.policy.limiter.next_start("chat") == 0.0  # the limiter reads the same config object
+        assert llm.policy.limiter.limit("chat") == 7  # the limiter reads the same config object
     finally:
         deps.close()
     # ...until the dependencies are closed.

@@ -13,7 +13,19 @@ from rag.management.commands.eval_retrieval import gold_rank, percentile
 from rag.retrieval.store import open_store_from_settings
 from tests.rag.retrieval.fixtures.files import write_squad
 
-REQUIRED = {"recall@1", "recall@5", "recall@10", "mrr", "query_ms_p50", "query_ms_p95", "index_seconds", "questions"}
+REQUIRED = {
+    "recall@1",
+    "recall@5",
+    "recall@10",
+    "mrr",
+    "query_ms_p50",
+    "query_ms_p95",
+    "index_seconds",
+    "questions",
+    "hits@1",
+    "recall@1_even",
+    "recall@1_odd",
+}
 
 
 def run(*args: str) -> tuple[str, str]:
@@ -35,6 +47,8 @@ def test_json_is_one_object_with_the_agreed_keys(squad_file: Path) -> None:
     assert result["documents"] == result["chunks"] == 4
     # five questions, four short paragraphs that share few words: each finds its own paragraph first
     assert result["recall@1"] == result["recall@5"] == result["recall@10"] == result["mrr"] == 1.0
+    # questions 1, 3, 5 and 2, 4 in file order
+    assert (result["hits@1"], result["recall@1_even"], result["recall@1_odd"]) == (5, 1.0, 1.0)
     assert 0 < result["query_ms_p50"] <= result["query_ms_p95"]
     assert result["index_seconds"] > 0
     assert result["mode"] == "sparse"

@@ -5,7 +5,8 @@ from collections import Counter
 
 import pytest
 
-from rag.retrieval.sparse import BM25Encoder, BM25Params, token_id
+from rag.retrieval.sparse import BM25Encoder, BM25Params, query_encoder, token_id
+from rag.text.question_words import without_question_words
 
 
 def test_token_ids_are_stable_31_bit_crc32() -> None:
@@ -56,3 +57,37 @@ def test_a_query_leaves_out_its_chinese_question_words() -> None:
     assert token_id("通車") in asked.indices
     # a question of nothing but question words still searches for something
     assert len(encoder.encode_query("為什麼？")) > 0
+
+
+def _vector_by_ids(encoder: BM25Encoder, text: str) -> dict[int, float]:
+    """encode_query as it was computed before the terms were kept as strings: own token ids weigh 1, each
+    translation's ids share its weight, the largest kept, none replacing an own token's."""
+    counts = encoder.term_counts(without_question_words(text)) or encoder.term_counts(text)
+    weights = dict.fromkeys(counts, 1.0)
+    expansion = encoder.expansion
+    assert expansion is not None
+    extra: dict[int, float] = {}
+    for source, terms in expansion.glossary.matches(text):
+        mass = max(1.0, expansion.source_mass * len(set(encoder._tokens(source))))
+        for term in terms:
+            found = [t for t in encoder._tokens(term) if len(t) > 1 or t.isascii()] or encoder._tokens(term)
+            ids = Counter(token_id(t) for t in found)
+            for token in ids:
+                extra[token] = max(extra.get(token, 0.0), expansion.weight * mass / len(ids))
+    for token, weight in extra.items():
+        weights.setdefault(token, weight)
+    return weights
+
+
+@pytest.mark.parametrize(
+    "question", ["如何重設密碼？", "How do I reset my password?", "忘記密碼怎麼辦", "課程報名 deadline", "請問"]
+)
+def test_query_terms_are_the_query_vectors_tokens(question: str) -> None:
+    encoder = query_encoder(1.0)
+    terms = encoder.query_terms(question)
+    vector = encoder.encode_query(question)
+    assert encoder.query_vector(terms) == vector
+    assert dict(zip(vector.indices, vector.values, strict=True)) == _vector_by_ids(encoder, question)
+    own = encoder.query_terms(question, expand=False)
+    assert all(weight == 1.0 for weight in own.values())
+    assert encoder.query_vector(own) == encoder.encode_query(question, expand=False)

@@ -1,5 +1,6 @@
 from rag.rules import followup
-from rag.rules.transforms import split_answer, transform_previous_answer
+from rag.rules.transforms import previous_question, split_answer, transform_previous_answer
+from rag.state import Turn
 
 PREVIOUS = (
     "忘記密碼時可以自行重設[1]。在登入頁面點選「忘記密碼」[1]。連結有效時間為 30 分鐘[1]。帳號會被鎖住 15 分鐘[2]。"
@@ -72,3 +73,58 @@ async def test_no_previous_answer():
 def test_a_source_line_without_a_url_is_read_back():
     _body, sources = split_answer("Open 9 to 5 [1].\n\nSources:\n[1] Library opening hours")
     assert [(s.ref, s.title, s.url) for s in sources] == [(1, "Library opening hours", "")]
+
+
+async def test_shorten_keeps_the_sentence_that_answered_the_question_wherever_it_stood():
+    # The previous answer answered "How long is the reset link valid?"; its answer is its last sentence.
+    previous = (
+        "If you have forgotten your password, you can reset it yourself online [1]. Select Send reset link [1]. "
+        'We send an email with the subject "Password reset" [1]. Open the link in that email [1]. '
+        "The link is valid for 30 minutes and can be used only once [1].\n\n"
+        "Sources:\n[1] How do I reset my password (https://help.example/en/password-reset)"
+    )
+    result = await transform_previous_answer(
+        previous,
+        followup.SHORTEN,
+        language="en",
+        summary_chars=200,
+        shorten_chars=400,
+        previous_question="How long is the reset link valid?",
+    )
+    body, _ = split_answer(result.text)
+    assert "valid for 30 minutes" in body
+    assert len(body) <= len(split_answer(previous)[0]) // 2
+    assert [s.ref for s in result.sources] == [1]
+    # Without the question, the start of the answer, as before.
+    blind = await transform_previous_answer(
+        previous, followup.SHORTEN, language="en", summary_chars=200, shorten_chars=400
+    )
+    assert split_answer(blind.text)[0].startswith("If you have forgotten your password")
+
+
+def test_the_previous_question_is_the_last_user_turn():
+    history = [
+        Turn("user", "如何重設密碼？"),
+        Turn("assistant", "…"),
+        Turn("user", "連結多久有效？"),
+        Turn("assistant", "…"),
+    ]
+    assert previous_question(history) == "連結多久有效？"
+    assert previous_question([]) == ""
+
+
+async def test_a_question_asking_how_long_keeps_the_sentence_with_the_amount():
+    # Two sentences share the question's words equally ("reset link" / "link ... valid"); only one says how long.
+    previous = (
+        "Select Send reset link [1]. The link is valid for 30 minutes and can be used only once [1]. "
+        "At least 12 characters long [1].\n\nSources:\n[1] How do I reset my password (https://help.example/en/reset)"
+    )
+    result = await transform_previous_answer(
+        previous,
+        followup.SHORTEN,
+        language="en",
+        summary_chars=200,
+        shorten_chars=400,
+        previous_question="How long is the reset link valid?",
+    )
+    assert split_answer(result.text)[0] == "The link is valid for 30 minutes and can be used only once [1]."

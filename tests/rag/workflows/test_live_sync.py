@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 
+from infra.changefeed import ChangeWatcher, Registry, change_watch_start, change_watch_stop, change_watch_task
 from infra.worker_tasks import WorkerTasksMiddleware
 from rag.deps import PipelineDeps
 from rag.nodes import build_registry
@@ -17,6 +20,7 @@ from rag.workflows.default import default_workflow
 from tests.asgi_doubles import receive_unused, send_unused
 from tests.rag.nodes.support import InMemoryRetriever
 from tests.rag.workflows.conftest import LEAN_NODES, lean_graph
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +39,7 @@ def node_ids(runtime: PipelineRuntime, backend: str) -> list[str]:
 
 async def test_publish_and_unpublish_switch_the_runtime_and_precompile() -> None:
     runtime = make_runtime()
-    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime)
     assert await sync.check() is False  # nothing published: the default stays
     assert runtime.workflow_for("chat").name == "default"
 
@@ -59,7 +63,7 @@ async def test_publish_and_unpublish_switch_the_runtime_and_precompile() -> None
 
 async def test_a_run_in_flight_keeps_the_graph_it_started_with() -> None:
     runtime = make_runtime()
-    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime)
     await sync.check()
     before = await runtime.start(AskRequest(question="How do I reset my password?"))
     draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
@@ -75,7 +79,7 @@ async def test_a_run_in_flight_keeps_the_graph_it_started_with() -> None:
 
 async def test_a_rebuilt_runtime_gets_the_published_workflow_again() -> None:
     runtimes = [make_runtime()]
-    sync = live.WorkflowSync(runtime_getter=lambda: runtimes[-1], shared_cache=False)
+    sync = live.WorkflowSync(runtime_getter=lambda: runtimes[-1])
     draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
     await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="responses")
     await sync.check()
@@ -84,33 +88,43 @@ async def test_a_rebuilt_runtime_gets_the_published_workflow_again() -> None:
     assert node_ids(runtimes[-1], "responses") == list(LEAN_NODES)
 
 
-async def test_with_a_shared_cache_an_unchanged_generation_costs_no_database_read(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_an_unchanged_publication_costs_one_small_read(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = make_runtime()
-    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=True)
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime)
     reads: list[int] = []
-    real_signature = selectors.workflow_published_signature
+    real_published = selectors.workflow_published
 
-    def counted() -> selectors.PublishedSignature:
+    def counted() -> dict:
         reads.append(1)
-        return real_signature()
+        return real_published()
 
-    monkeypatch.setattr(selectors, "workflow_published_signature", counted)
+    monkeypatch.setattr(selectors, "workflow_published", counted)
     await sync.check()
     assert len(reads) == 1
     for _ in range(3):
         await sync.check()
-    assert len(reads) == 1  # the generation did not move: one cache read per check, nothing else
+    assert len(reads) == 1  # the signature did not move: the drafts are not read again
 
     draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
-    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")  # bumps on commit
+    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
     assert await sync.check() is True
     assert len(reads) == 2
     assert node_ids(runtime, "chat") == list(LEAN_NODES)
 
 
-async def test_a_publish_in_this_process_wakes_the_task_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+async def watcher(settings: Any) -> AsyncIterator[tuple[Registry, ChangeWatcher]]:
+    """This process's change feed watcher on a registry of the test's own; the table read once, at start."""
+    settings.REDIS_URL = ""
+    registry = Registry()
+    started = change_watch_start(ChangeWatcher(registry=registry, poll_interval=3600.0))
+    assert started is not None
+    yield registry, started
+    await change_watch_stop()
+
+
+async def test_a_publish_in_this_process_reaches_the_runtime_at_once(watcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry, _ = watcher
     runtime = make_runtime()
     switched = asyncio.Event()
     set_workflow = runtime.set_workflow
@@ -120,21 +134,54 @@ async def test_a_publish_in_this_process_wakes_the_task_at_once(monkeypatch: pyt
         switched.set()
 
     monkeypatch.setattr(runtime, "set_workflow", set_and_tell)
-    # An hour between ticks: only the nudge can make the task check again within the test.
-    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False, interval=3600.0)
-    live.workflow_sync_start(sync)
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime)
+    # An hour between the feed's table reads: only the publish's own dispatch can reach the sync within the test.
+    registry.on_change(live.WORKFLOWS_TOPIC, sync.follow)
+    await asyncio.wait_for(sync.loaded.wait(), 5)
+
+    draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
+    await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
+
+    await asyncio.wait_for(switched.wait(), 2)
+    assert runtime.workflow_for("chat").name == "lean"
+
+
+async def test_a_publish_by_another_process_arrives_through_the_feed(settings: Any) -> None:
+    settings.REDIS_URL = ""
+    runtime = make_runtime()
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime)
+    registry = Registry()
+    registry.on_change(live.WORKFLOWS_TOPIC, sync.follow)
+    change_watch_start(ChangeWatcher(registry=registry, poll_interval=0.1))
     try:
         await asyncio.wait_for(sync.loaded.wait(), 5)
         draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
-        await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
-        await asyncio.wait_for(switched.wait(), 10)
-        assert runtime.workflow_for("chat").name == "lean"
+        # Another process published: the drafts and the topic's generation moved, nothing here was told.
+        async with another_process():
+            await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
+        assert runtime.workflow_for("chat").name == "default"
+
+        await until(lambda: runtime.workflow_for("chat").name == "lean", within=1.0)
     finally:
-        await live.workflow_sync_stop()
+        await change_watch_stop()
 
 
-async def test_the_asgi_wrapper_starts_one_task_and_holds_no_connection_back(settings: Any, monkeypatch: Any) -> None:
+@contextlib.asynccontextmanager
+async def another_process() -> AsyncIterator[None]:
+    """What is published meanwhile reaches this process's watcher only through the table, as from another one."""
+    saved = change_watch_task.call_soon
+    change_watch_task.call_soon = lambda fn: False  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        change_watch_task.call_soon = saved  # type: ignore[method-assign]
+
+
+async def test_the_asgi_wrapper_starts_the_watcher_which_loads_what_is_published(
+    settings: Any, monkeypatch: Any
+) -> None:
     settings.RAG_WORKFLOW_SYNC = True
+    settings.REDIS_URL = ""
     runtime = make_runtime()
     draft = await sync_to_async(services.workflow_draft_create)(name="lean", graph=lean_graph())
     await sync_to_async(services.workflow_draft_publish)(draft_id=draft.pk, backend="chat")
@@ -143,23 +190,23 @@ async def test_the_asgi_wrapper_starts_one_task_and_holds_no_connection_back(set
     async def app(scope: dict, receive: object, send: object) -> None:
         calls.append(scope["type"])
 
-    monkeypatch.setattr(
-        live.workflow_sync_task,
-        "factory",
-        lambda: live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False),
-    )
-    wrapped = WorkerTasksMiddleware(app, [live.workflow_sync_task])
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime)
+    registry = Registry()
+    registry.on_change(live.WORKFLOWS_TOPIC, sync.follow, enabled=live.workflow_sync_enabled)
+    monkeypatch.setattr(change_watch_task, "factory", lambda: ChangeWatcher(registry=registry))
+    monkeypatch.setattr(change_watch_task, "enabled", lambda: True)
+    wrapped = WorkerTasksMiddleware(app, [change_watch_task])
     try:
         await wrapped({"type": "http"}, receive_unused, send_unused)
-        sync = live.workflow_sync_start()
-        assert sync is not None
+        watcher = change_watch_task.running()
+        assert watcher is not None
         await wrapped({"type": "websocket"}, receive_unused, send_unused)
-        assert live.workflow_sync_start() is sync  # one task per process
+        assert change_watch_task.running() is watcher  # one watcher per process
         assert calls == ["http", "websocket"]
         await asyncio.wait_for(sync.loaded.wait(), 5)
         assert runtime.workflow_for("chat").name == "lean"
     finally:
-        await live.workflow_sync_stop()
+        await change_watch_stop()
 
 
 def test_preload_at_start_up_applies_what_is_published_before_any_request(settings: Any) -> None:
@@ -167,7 +214,7 @@ def test_preload_at_start_up_applies_what_is_published_before_any_request(settin
     runtime = make_runtime()
     draft = services.workflow_draft_create(name="lean", graph=lean_graph())
     services.workflow_draft_publish(draft_id=draft.pk, backend="responses")
-    sync = live.WorkflowSync(runtime_getter=lambda: runtime, shared_cache=False)
+    sync = live.WorkflowSync(runtime_getter=lambda: runtime)
     assert sync.load_blocking() is True
     assert node_ids(runtime, "responses") == list(LEAN_NODES)
     assert runtime.workflow_for("chat").name == "default"

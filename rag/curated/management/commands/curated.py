@@ -4,7 +4,7 @@
     manage.py curated list
     manage.py curated delete ID
 
-Every worker serves a change within a second (rag.curated.index, kept in step by the replica sync).
+Every worker serves a change within a second (rag.curated.index, kept in step through the change feed by rag.replica).
 """
 
 from __future__ import annotations

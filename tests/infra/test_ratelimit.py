@@ -1,8 +1,11 @@
+import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import pytest
 
-from rag.ratelimit import RateRule, RedisRateLimiter, SlidingWindowRateLimiter
+from infra.ratelimit import RateLimiter, RateRule, RedisRateLimiter, SlidingWindowRateLimiter
 from tests.concurrency.cluster_redis import fresh_prefix, suite_redis_url
 from tests.fake_clock import FakeClock
 from tests.servers import PrivateRedis
@@ -102,7 +105,7 @@ async def test_a_redis_outage_falls_back_to_this_process_and_recovers(caplog: py
     try:
         assert (await limiter.admit(rules))[0] is True
         server.stop()
-        with caplog.at_level(logging.WARNING, logger="rag.ratelimit"):
+        with caplog.at_level(logging.WARNING, logger="infra.ratelimit"):
             # this process still counts: two more fit in its own window, the third does not
             assert [(await limiter.admit(rules))[0] for _ in range(3)] == [True, True, False]
         assert "Redis unreachable" in caplog.text
@@ -136,3 +139,69 @@ async def test_redis_counts_each_rule_in_its_own_window():
         allowed, retry_after = await limiter.admit([day, minute])
         assert not allowed and 86000 < retry_after <= 86400  # the day's window, not the minute's
         assert (await limiter.admit([minute]))[0]  # a refused request used up nothing of the other window
+
+
+@contextlib.contextmanager
+def limiter_under_test(kind: str) -> Iterator[tuple[RateLimiter, FakeClock | None]]:
+    """One of the two implementations of the windows: this process's (on a fake clock), or Redis's (on its own)."""
+    if kind == "process":
+        clock = FakeClock()
+        yield SlidingWindowRateLimiter(clock=clock), clock
+        return
+    url = suite_redis_url("rate windows in Redis")
+    with fresh_prefix(url, "ratelimit") as prefix:
+        yield RedisRateLimiter(url, prefix=prefix, fallback=SlidingWindowRateLimiter()), None
+
+
+@pytest.mark.parametrize("kind", ["process", "redis"])
+async def test_a_waiting_caller_books_the_earliest_spot_in_arrival_order_and_can_give_it_back(kind: str) -> None:
+    with limiter_under_test(kind) as (limiter, _clock):
+        rules = [RateRule("llm:chat", 2)]
+        assert [(await limiter.book(rules, max_wait=0)).allowed for _ in range(2)] == [True, True]
+        refused = await limiter.book(rules, max_wait=10)  # a minute away: more than it can wait, and not booked
+        assert not refused.allowed and refused.wait == pytest.approx(60, abs=1)
+        first, second = await limiter.book(rules, max_wait=100), await limiter.book(rules, max_wait=100)
+        assert first.allowed and second.allowed
+        assert first.wait == pytest.approx(60, abs=1) and second.wait == pytest.approx(60, abs=1)
+        third = await limiter.book(rules, max_wait=200)  # the window a minute on is full too: two minutes
+        assert third.allowed and third.wait == pytest.approx(120, abs=1)
+        await limiter.give_back(rules, third)
+        await limiter.give_back(rules, second)  # a waiter that gave up: the next one gets its spot
+        again = await limiter.book(rules, max_wait=100)
+        assert again.allowed and again.wait == pytest.approx(60, abs=1)
+        # a refusing caller sees the bookings: nothing before a minute is out
+        allowed, retry_after = await limiter.admit(rules)
+        assert not allowed and retry_after == pytest.approx(120, abs=1)
+
+
+@pytest.mark.parametrize("kind", ["process", "redis"])
+def test_a_caller_on_a_thread_counts_in_the_same_windows(kind: str) -> None:
+    with limiter_under_test(kind) as (limiter, _clock):
+        rules = [RateRule("apikey:hc-abcdefgh", 2)]
+        assert asyncio.run(limiter.admit(rules)).allowed
+        assert limiter.hit(rules).allowed
+        allowed, retry_after = limiter.hit(rules)
+        assert not allowed and 59 < retry_after <= 60
+
+
+async def test_bookings_fall_back_to_this_process_while_redis_is_down_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = PrivateRedis()
+    server.start()
+    limiter = RedisRateLimiter(server.url, prefix="rl", fallback=SlidingWindowRateLimiter())
+    rules = [RateRule("llm:chat", 1)]
+    try:
+        assert (await limiter.book(rules, max_wait=0)).allowed
+        server.stop()
+        with caplog.at_level(logging.WARNING, logger="infra.ratelimit"):
+            # this process's window: one spot now, the next a minute on, then none within the minute it may wait
+            now, later = await limiter.book(rules, max_wait=100), await limiter.book(rules, max_wait=100)
+            assert (now.allowed, now.wait) == (True, 0.0)
+            assert later.allowed and later.wait == pytest.approx(60, abs=1)
+            assert not (await limiter.book(rules, max_wait=100)).allowed
+            await limiter.give_back(rules, later)  # given back where it was booked
+            assert (await limiter.book(rules, max_wait=100)).allowed
+        assert caplog.text.count("Redis unreachable") == 1
+    finally:
+        server.stop()
