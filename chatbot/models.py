@@ -72,7 +72,7 @@ class Message(models.Model):
         CANCELLED = "cancelled", _("cancelled")
 
     class Outcome(models.TextChoices):
-        """What became of the question (rag.runtime.OUTCOMES), for the content team."""
+        """What became of the question (rag.outcome.OUTCOMES), for the content team."""
 
         ANSWERED = "answered", _("answered")
         REFUSED = "refused", _("refused (nothing relevant)")

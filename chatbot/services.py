@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from chatbot.models import Conversation, Message
-from rag.state import Turn
+from rag.outcome import PipelineOutcome
+from rag.values import Turn
 
 HISTORY_TURNS = 10
 
@@ -63,15 +63,15 @@ def exchange_record(
     answer: str,
     request_id: str,
     status: str,
-    error_code: str = "",
-    meta: dict[str, Any] | None = None,
-    new_summary: str = "",
+    outcome: PipelineOutcome | None = None,
+    background: bool = False,
 ) -> Message:
-    """Store one question and its answer (or the part of it that was streamed) in one transaction.
+    """Store one question and its answer (or the part of it that was streamed) in one transaction, with what the
+    run's `outcome` says of it (none: a bare record, nothing known of the run); an answered outcome's summary
+    becomes the conversation's. `background`: a client's background task, recorded but not counted as a question.
 
     It runs before every answer's terminal event, so it makes as few statements as it can: both messages in one
     insert, and no update of a conversation it has just created (its `updated_at` is new already)."""
-    meta = meta or {}
     with transaction.atomic():
         conversation, created = Conversation.objects.get_or_create(
             pk=uuid.UUID(conversation_id), defaults={"client_id": client_id, "title": question[:200]}
@@ -83,7 +83,7 @@ def exchange_record(
             role=Message.Role.USER,
             content=question,
             request_id=request_id,
-            background=bool(meta.get("background", False)),
+            background=background,
         )
         message = Message(
             conversation=conversation,
@@ -91,31 +91,38 @@ def exchange_record(
             content=answer,
             request_id=request_id,
             status=status,
-            error_code=error_code,
-            backend=meta.get("backend", ""),
-            language=meta.get("language", ""),
-            intent=meta.get("intent", ""),
-            sources=meta.get("sources", []),
-            usage=meta.get("usage", {}),
-            trace_id=meta.get("trace_id", ""),
-            trace_exported=bool(meta.get("trace_exported", False)),
-            latency_ms=meta.get("latency_ms"),
-            degraded=bool(meta.get("degraded", False)),
-            outcome=str(meta.get("outcome", "")),
-            best_score=meta.get("best_score"),
-            weak_support=bool(meta.get("weak_support", False)),
-            closest=list(meta.get("closest", [])),
-            curated_id=str(meta.get("curated_id", "")),
-            background=bool(meta.get("background", False)),
+            background=background,
         )
+        if outcome is not None:
+            _outcome_set(message, outcome)
         Message.objects.bulk_create([asked, message])
         fields = ["updated_at"]
+        new_summary = outcome.summary if outcome is not None and status == Message.Status.OK else ""
         if new_summary:
             conversation.summary = new_summary
             fields.append("summary")
         if not created or new_summary:
             conversation.save(update_fields=fields)
     return message
+
+
+def _outcome_set(message: Message, outcome: PipelineOutcome) -> None:
+    """Record on the assistant's message what the run said of its answer."""
+    message.error_code = outcome.error_code
+    message.backend = outcome.backend
+    message.language = outcome.language
+    message.intent = outcome.intent
+    message.sources = [source.as_dict() for source in outcome.sources]
+    message.usage = dict(outcome.usage)
+    message.trace_id = outcome.trace_id
+    message.trace_exported = outcome.trace_exported
+    message.latency_ms = int(outcome.elapsed_ms)
+    message.degraded = outcome.degraded
+    message.outcome = outcome.outcome
+    message.best_score = outcome.best_score
+    message.weak_support = outcome.weak_support
+    message.closest = [article.as_dict() for article in outcome.closest]
+    message.curated_id = outcome.curated_id
 
 
 def conversation_summary_set(*, conversation_id: str, request_id: str, summary: str) -> bool:

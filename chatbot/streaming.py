@@ -24,7 +24,7 @@ from rag.events import SOURCE, TERMINAL_CHANNELS, Event
 from rag.provider import get_runtime
 from rag.questions import question_too_long
 from rag.runtime import BACKENDS, AskRequest, PipelineRun
-from rag.state import Turn
+from rag.values import Turn
 
 logger = logging.getLogger(__name__)
 
@@ -160,31 +160,11 @@ class ChatExchange:
 
     def _record_later(self) -> None:
         """Write the exchange once, even when our task is being cancelled (the write runs on its own)."""
-        terminal = self.run.terminal
-        code = "" if terminal is None or terminal["channel"] == "meta_summary" else str(terminal.get("code", ""))
-        if terminal is None:
-            code = "cancelled"
+        outcome = self.run.outcome()
+        code = outcome.error_code
         if code in NOT_RECORDED or self.recorded is not None:
             return
         status = "ok" if not code else ("cancelled" if code == "cancelled" else "failed")
-        outcome = self.run.outcome()
-        meta = {
-            "backend": outcome.backend,
-            "language": outcome.language,
-            "intent": outcome.intent,
-            "sources": [s.as_dict() for s in outcome.sources],
-            "usage": outcome.usage,
-            "trace_id": outcome.trace_id,
-            "trace_exported": outcome.trace_exported,
-            "latency_ms": int(outcome.elapsed_ms),
-            "degraded": outcome.degraded,
-            "outcome": outcome.outcome,
-            "best_score": outcome.best_score,
-            "weak_support": outcome.weak_support,
-            "closest": list(outcome.closest),
-            "curated_id": outcome.curated_id,
-            "background": self.ask.background,
-        }
         task = asyncio.create_task(
             exchange_recorder().run(
                 exchange_record,
@@ -194,9 +174,8 @@ class ChatExchange:
                 answer="".join(self._answer),
                 request_id=self.request_id,
                 status=status,
-                error_code=code,
-                meta=meta,
-                new_summary=outcome.new_summary if status == "ok" else "",
+                outcome=outcome,
+                background=self.ask.background,
             ),
             name=f"record-{self.request_id}",
         )
@@ -204,7 +183,7 @@ class ChatExchange:
         task.add_done_callback(_record_done)
         self.recorded = task
         # the model's summary after the terminal event; a client carrying its history (the API) reads none
-        if status == "ok" and outcome.summary_job is not None and self.ask.history is None:
+        if outcome.summary_job is not None and self.ask.history is None:
             summary_write_later(self.conversation_id, self.request_id, outcome.summary_job, task)
 
 

@@ -1,11 +1,12 @@
 """The conversation summary, written after the answer's terminal event.
 
-The answer node leaves the model's summary as a job (`PipelineState.summary_job`); the exchange is recorded with the
+A run's outcome carries the model's summary as a job (`rag.outcome.PipelineOutcome.summary_job`, planned on every
+answered turn whichever nodes the workflow has: `rag.conversation_summary`); the exchange is recorded with the
 offline summary at once and this module runs the job in a task of its own, so the client's stream ends as soon as
 the answer does and a client going away does not stop it. The job's model call takes an LLM slot at the lowest
-priority (it never goes ahead of an answer), waits for it at most the node's `summary_slot_wait` (past it the call
-is skipped, counted in the concurrency console, and the offline summary kept), then has `summary_timeout` from when
-it holds the slot; the whole write is bounded by `SUMMARY_WRITE_BOUND`, above the default wait plus timeout. The
+priority (it never goes ahead of an answer), waits for it at most `summary_slot_wait` (past it the call is skipped,
+counted in the concurrency console, and the offline summary kept), then has `summary_timeout` from when it holds
+the slot; the whole write is bounded by `SUMMARY_WRITE_BOUND`, above the default wait plus timeout. The
 summary is stored by the recording thread (`chatbot.recording`), on its kept connection, after the exchange. The next
 turn of the same conversation waits for a summary still being written (at most `SUMMARY_BEFORE_NEXT_TURN_WAIT`),
 so it plans with it.

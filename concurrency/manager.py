@@ -1,24 +1,25 @@
-"""Process-wide limiter for concurrent LLM calls, one fair semaphore per backend.
+"""The one object callers use for LLM permits: ``LLMConcurrencyManager``, one per process (``get_manager()``).
 
-Why not ``asyncio.Semaphore``: we need FIFO or priority ordering, direct handoff (a released permit goes
-to the next waiter, never to a task that arrives later and "barges" in), bounded queues with load
-shedding, live resizing and stats. Limits are meant to match vLLM's ``--max-num-seqs`` so requests queue
-here, where they are visible and time-bounded, rather than inside the inference server.
+``async with get_manager().acquire("chat"):`` holds one permit of a backend for the block. Limits are meant to match
+vLLM's ``--max-num-seqs`` so requests queue here, where they are visible and time-bounded, rather than inside the
+inference server.
 
-Threading model: like the rest of asyncio, a manager is used from one event loop at a time. It binds to
-the running loop on first use and refuses another running loop while it has permits out or waiters
-queued (futures of one loop cannot be resolved from another). ``set_limit``/``configure`` must run on
-the loop's thread (or be scheduled with ``loop.call_soon_threadsafe``).
+The manager holds a ``PermitSource`` (``concurrency.permits``), which counts the permits and orders the waiters:
+this process's own semaphores (``concurrency.local_permits.LocalPermits``, the default) or the cluster's in Redis
+(``concurrency.cluster.cluster_manager``). Whatever the source, the manager keeps the books once: the settings
+(limits, order, waiting bounds), the bounds on waiting (``max_waiters``, the acquire timeout, and ``BusyError`` past
+either), totals, wait times and retry advice for the stats, and the request's progress (``concurrency.context``):
+a block that exits normally counts as a completed call, which is what priority mode orders by.
+
+Threading model: like the rest of asyncio, a manager is used from one event loop at a time (its source binds to
+the running loop). ``set_limit``/``configure`` must run on the loop's thread (or be scheduled with
+``loop.call_soon_threadsafe``); ``stats`` may run off it.
 
 Pure asyncio/stdlib: nothing here may import Django, chat or the RAG pipeline.
 """
 
 from __future__ import annotations
 
-import asyncio
-import enum
-import heapq
-import logging
 import math
 import time
 from collections import deque
@@ -26,9 +27,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .context import RequestContext, _current, live_request_contexts
-from .errors import BusyError
-from .stats import BackendStats, ManagerStats, QueueHeadEntry, WaitWindow
+from .context import _current, live_request_contexts
+from .errors import BusyError, BusyReason
+from .local_permits import LocalPermits
+from .permits import LOW_PRIORITY, Occupancy, PermitAsk, PermitSource
+from .stats import BackendStats, ManagerStats, WaitWindow
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -42,10 +45,7 @@ __all__ = [
     "with_llm_semaphore",
 ]
 
-logger = logging.getLogger(__name__)
-
 T = TypeVar("T")
-_E = TypeVar("_E", bound=tuple[Any, ...])  # a heap entry whose last item is its waiter
 
 KNOWN_BACKENDS = ("default", "chat", "responses", "embedding")
 # Placeholders for get_manager() when the caller passes no limits; real values come from settings,
@@ -59,160 +59,6 @@ _RETRY_AFTER_CACHE_S = 0.5
 _HOLD_SAMPLES = 50
 _HOLD_HORIZON_S = 60.0
 _RETRY_AFTER_MAX_S = 300.0
-# The priority of a low-priority waiter (work done after an answer, such as its conversation summary): above any
-# request's priority (-(completed calls + 1) <= -1), and served only when no other waiter is queued, in both modes.
-LOW_PRIORITY = 1
-# Lazy deletion leaves dead waiters in the deque/heaps; rebuild once they outnumber live ones.
-_COMPACT_SLACK = 64
-# asyncio runs a timer up to one clock tick early (see BaseEventLoop._run_once); treat such a deadline
-# as reached, or the deadline timer would re-arm for the same instant.
-_CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
-
-
-class _State(enum.Enum):
-    WAITING = 1
-    GRANTED = 2
-    CANCELLED = 3
-    TIMED_OUT = 4
-
-
-_WAITING = _State.WAITING
-_GRANTED = _State.GRANTED
-_CANCELLED = _State.CANCELLED
-_TIMED_OUT = _State.TIMED_OUT
-
-
-class _Waiter:
-    """One queued acquire. Lives in the backend's arrival deque and, in priority mode, also in its heap."""
-
-    __slots__ = ("enqueued", "fut", "key", "priority", "request_id", "state")
-
-    def __init__(
-        self,
-        fut: asyncio.Future[bool],
-        priority: int,
-        arrival: float,
-        seq: int,
-        enqueued: float,
-        request_id: str | None,
-    ) -> None:
-        self.fut = fut
-        self.priority = priority
-        # Heap key: priority, then request arrival (older request first), then enqueue order. seq is
-        # unique, so tuples never fall through to comparing the waiter itself.
-        self.key = (priority, arrival, seq)
-        self.enqueued = enqueued
-        self.request_id = request_id
-        self.state = _WAITING
-
-
-class _Backend:
-    __slots__ = (
-        "deadlines",
-        "heap",
-        "holds",
-        "in_progress",
-        "limit",
-        "low",
-        "name",
-        "queue",
-        "retry_cache",
-        "samples",
-        "timer",
-        "timer_when",
-        "total_acquired",
-        "total_rejected",
-        "total_released",
-        "total_timeout",
-        "waiting",
-        "window",
-    )
-
-    def __init__(self, name: str, limit: int, window: WaitWindow) -> None:
-        self.name = name
-        self.limit = limit
-        # Permits currently out, including ones handed to a waiter whose task has not resumed yet.
-        self.in_progress = 0
-        # Live waiters (state WAITING). The deque/heap may also hold dead entries (lazy deletion).
-        self.waiting = 0
-        # All waiters in arrival order: the canonical queue in both modes, so switching mode never
-        # loses or duplicates anyone.
-        self.queue: deque[_Waiter] = deque()
-        # Priority mode only: (key, waiter) min-heap over the same waiters.
-        self.heap: list[tuple[tuple[int, float, int], _Waiter]] = []
-        # Low-priority waiters, in arrival order: in neither of the above, served once those are empty.
-        self.low: deque[_Waiter] = deque()
-        # (loop deadline, seq, waiter) min-heap plus ONE loop timer per backend, armed for the earliest
-        # deadline. A timer per waiter (call_later + cancel) made a contended acquire ~2x slower: the
-        # loop's timer heap compares TimerHandles in Python and fills up with cancelled handles.
-        self.deadlines: list[tuple[float, int, _Waiter]] = []
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_when = 0.0
-        self.total_acquired = 0
-        self.total_released = 0
-        self.total_timeout = 0
-        self.total_rejected = 0
-        self.window = window
-        self.samples = window.samples  # fast-path alias
-        self.retry_cache: tuple[float, float] | None = None  # (computed_at, seconds)
-        # (released_at, seconds held) of the latest calls: how long a permit is held, for retry_after.
-        self.holds: deque[tuple[float, float]] = deque(maxlen=_HOLD_SAMPLES)
-
-    def drop_queued(self) -> None:
-        """Empty the arrival deques and both heaps (the caller has accounted for ``waiting``)."""
-        if self.queue:
-            self.queue.clear()
-        if self.low:
-            self.low.clear()
-        if self.heap:
-            self.heap.clear()
-        if self.deadlines:
-            self.deadlines.clear()
-
-
-def _still_waiting(b: _Backend, w: _Waiter) -> bool:
-    """Whether ``w`` is still owed a permit: the one test every pop applies to a queued entry.
-
-    A waiter whose task was cancelled but has not run its handler yet is retired here, so it is not granted a
-    permit nobody would use; the handler then sees CANCELLED and does nothing.
-    """
-    if w.state is not _WAITING:
-        return False
-    if w.fut.done():
-        w.state = _CANCELLED
-        b.waiting -= 1
-        return False
-    return True
-
-
-def _first_waiting(b: _Backend, q: deque[_Waiter]) -> _Waiter | None:
-    """The oldest live waiter of an arrival deque, left at its head; the dead entries before it are dropped."""
-    while q:
-        head = q[0]
-        if _still_waiting(b, head):
-            return head
-        q.popleft()
-    return None
-
-
-def _waiting_now(q: deque[_Waiter]) -> list[_Waiter]:
-    """The live waiters of an arrival deque, in order, without changing anything (stats may run off the loop).
-
-    list() copies the deque in one C call, so a call from another thread (a sync view) cannot hit "deque
-    mutated during iteration".
-    """
-    return [w for w in list(q) if w.state is _WAITING and not w.fut.done()]
-
-
-def _without_dead(q: deque[_Waiter]) -> deque[_Waiter]:
-    return deque(w for w in q if w.state is _WAITING)
-
-
-def _heap_without_dead(heap: list[_E]) -> list[_E]:
-    """A heap of (..., waiter) entries rebuilt from its live ones (the waiter is each entry's last item)."""
-    live = [e for e in heap if e[-1].state is _WAITING]
-    heapq.heapify(live)
-    return live
 
 
 def _check_limit(backend: str, n: int) -> int:
@@ -234,47 +80,148 @@ def _check_max_waiters(n: int) -> int:
     return n
 
 
+class _Book:
+    """One backend's books, whatever the source: totals, recent waits and hold times, this manager's waiters; and
+    the source and clock its permits use. Made by the manager, shared with the permits it hands out."""
+
+    __slots__ = (
+        "acquired",
+        "clock",
+        "holds",
+        "name",
+        "rejected",
+        "released",
+        "retry_cache",
+        "samples",
+        "source",
+        "timeout",
+        "try_take",
+        "waiting",
+        "window",
+    )
+
+    def __init__(self, name: str, source: PermitSource[Any], clock: Callable[[], float], window: WaitWindow) -> None:
+        self.name = name
+        self.source = source
+        self.try_take = source.try_take  # fast-path alias
+        self.clock = clock
+        self.acquired = 0
+        self.released = 0
+        self.timeout = 0
+        self.rejected = 0
+        # Callers of this manager queued for a permit: the bound max_waiters applies to.
+        self.waiting = 0
+        self.window = window
+        self.samples = window.samples  # fast-path alias
+        self.retry_cache: tuple[float, float] | None = None  # (computed_at, seconds)
+        # (released_at, seconds held) of the latest calls: how long a permit is held, for retry_after.
+        self.holds: deque[tuple[float, float]] = deque(maxlen=_HOLD_SAMPLES)
+
+    def waited(self, now: float, waited: float) -> float:
+        """Count a permit that came at ``now`` after ``waited`` seconds in the queue (and add them to the
+        request's)."""
+        self.acquired += 1
+        self.samples.append((now, waited))
+        ctx = _current.get()
+        if ctx is not None:
+            ctx.permit_wait_s += waited
+        return waited
+
+    def busy(self, reason: BusyReason, waited: float) -> BusyError:
+        """The refusal of a caller, counted, with the source's occupancy and a retry advice."""
+        if reason == "rejected":
+            self.rejected += 1
+        else:
+            self.timeout += 1
+        seen = self.source.occupancy(self.name)
+        return BusyError(self.name, reason, self.retry_after(seen), waited, *seen)
+
+    def retry_after(self, seen: Occupancy) -> float:
+        """Estimate for BusyError.retry_after: the work queued ahead of a new caller, (waiters + 1) x the mean
+        time a recent call held its permit / limit (the one more is the caller's own turn); p90 of recent waits
+        when no call finished lately. Between 1 s and _RETRY_AFTER_MAX_S."""
+        now = self.clock()
+        cached = self.retry_cache
+        if cached is not None and now - cached[0] < _RETRY_AFTER_CACHE_S:
+            return cached[1]
+        holds = [held for released, held in self.holds if now - released <= _HOLD_HORIZON_S]
+        queued = (seen.waiting + 1) * (sum(holds) / len(holds)) / max(1, seen.limit) if holds else 0.0
+        estimate = queued if holds else self.window.summary(now)["p90"]
+        value = min(max(estimate, 1.0), _RETRY_AFTER_MAX_S)
+        self.retry_cache = (now, value)
+        return value
+
+
 class LLMPermit:
     """Async context manager returned by ``LLMConcurrencyManager.acquire``; holds one permit in the block.
 
     ``waited_s`` is how long the permit took to obtain (0.0 when one was free).
     """
 
-    __slots__ = ("_backend", "_held", "_low_priority", "_manager", "_since", "_timeout", "waited_s")
+    __slots__ = ("_book", "_grant", "_held", "_low_priority", "_manager", "_since", "_timeout", "waited_s")
 
-    def __init__(
-        self, manager: LLMConcurrencyManager, backend: _Backend, timeout: float | None, low_priority: bool = False
-    ) -> None:
+    def __init__(self, manager: LLMConcurrencyManager, book: _Book, timeout: float | None, low_priority: bool) -> None:
         self._manager = manager
-        self._backend = backend
+        self._book = book
         self._timeout = timeout
         self._low_priority = low_priority
+        self._grant: Any = None
         self._held = False
         self._since = 0.0
         self.waited_s = 0.0
 
     @property
     def backend(self) -> str:
-        return self._backend.name
+        return self._book.name
 
     async def __aenter__(self) -> LLMPermit:
         if self._held:
             raise RuntimeError("this LLMPermit is already held; call acquire() again for another permit")
-        m = self._manager
-        b = self._backend
-        if asyncio.get_running_loop() is not m._loop:
-            m._bind_loop()
-        # Fast path, no allocation beyond the window sample: a free permit and nobody queued. Checking
-        # `waiting` keeps newcomers from overtaking queued waiters.
-        if not b.waiting and b.in_progress < b.limit:
-            b.in_progress += 1
-            b.total_acquired += 1
-            b.samples.append((m._clock(), 0.0))
+        book = self._book
+        # Fast path: a free permit and nobody queued, as the source can tell at once.
+        grant = book.try_take(book.name)
+        if grant is not None:
+            now = book.clock()
+            book.acquired += 1
+            book.samples.append((now, 0.0))
         else:
-            self.waited_s = await m._acquire_slow(b, self._timeout, self._low_priority)
+            # Queue in the source, within the manager's bounds. Awaited here rather than in a helper coroutine: a
+            # coroutine more per queued acquire was a measurable share of its cost.
+            started = book.clock()
+            ask, wait, refusal = self._terms(started)
+            if refusal is not None:  # no waiting: only a permit free at once
+                grant = await book.source.take(book.name, ask, 0.0, may_queue=False)
+                if grant is None:
+                    raise book.busy(refusal, 0.0)
+            else:
+                book.waiting += 1
+                try:
+                    grant = await book.source.take(book.name, ask, wait, may_queue=True)
+                finally:
+                    book.waiting -= 1
+                if grant is None:
+                    raise book.busy("timeout", book.clock() - started)
+            now = book.clock()
+            self.waited_s = book.waited(now, now - started)
+        self._grant = grant
         self._held = True
-        self._since = m._clock()
+        self._since = now
         return self
+
+    def _terms(self, started: float) -> tuple[PermitAsk, float, BusyReason | None]:
+        """Who asks (the request's place in the queue), how long it may wait, and why it may not when it may not."""
+        manager = self._manager
+        ctx = _current.get()
+        if self._low_priority:
+            ask = PermitAsk(LOW_PRIORITY, started, None if ctx is None else ctx.request_id)
+        elif ctx is None:
+            ask = PermitAsk(-1, started, None)
+        else:
+            ask = PermitAsk(-(ctx.completed_calls + 1), ctx.arrival, ctx.request_id)
+        wait = manager.acquire_timeout if self._timeout is None else self._timeout
+        if self._book.waiting >= manager.max_waiters:
+            return ask, wait, "rejected"
+        return ask, wait, None if wait > 0 else "timeout"
 
     async def __aexit__(
         self,
@@ -291,25 +238,25 @@ class LLMPermit:
             ctx = _current.get()
             if ctx is not None:
                 ctx.completed_calls += 1
-        # _release inlined: this runs once per LLM call and a method call is a measurable share of it.
-        b = self._backend
-        if b.in_progress <= 0:
-            raise RuntimeError(f"LLM backend {b.name!r}: release without a matching acquire")
-        b.in_progress -= 1
-        b.total_released += 1
-        now = self._manager._clock()
-        b.holds.append((now, now - self._since))
-        if b.waiting:
-            self._manager._wake(b)
+        book = self._book
+        book.source.give_back(book.name, self._grant)
+        self._grant = None
+        book.released += 1
+        now = book.clock()
+        book.holds.append((now, now - self._since))
 
 
 class LLMConcurrencyManager:
-    """Per-backend fair semaphores with FIFO or priority ordering, bounded waiting and live resizing.
+    """Per-backend limits with FIFO or priority ordering, bounded waiting and live resizing, over a permit source.
 
     Priority mode: priority = -(completed LLM calls of the request + 1); lower goes first, so a request
     that has completed more calls (closer to finishing) is served first. Ties: older request first,
     then enqueue order. Starvation boost: once the oldest waiter has waited ``starvation_threshold``
     seconds it is boosted and served before any unboosted waiter; boosted waiters go oldest first.
+    Low-priority calls (``acquire(..., low_priority=True)``) go after every other waiter, in both modes.
+
+    ``source``: where permits come from (default: this process's own, ``LocalPermits`` on ``clock``); the manager
+    configures it with ``limits`` and the order. A source given must run on the same ``clock``.
     """
 
     def __init__(
@@ -323,6 +270,7 @@ class LLMConcurrencyManager:
         clock: Callable[[], float] = time.monotonic,
         wait_window_size: int = 1000,
         wait_window_seconds: float = 60.0,
+        source: PermitSource[Any] | None = None,
     ) -> None:
         if not limits:
             raise ValueError("LLMConcurrencyManager needs at least one backend limit")
@@ -334,15 +282,21 @@ class LLMConcurrencyManager:
         self._starvation_threshold = _check_timeout("starvation_threshold", starvation_threshold)
         self._acquire_timeout = _check_timeout("acquire_timeout", acquire_timeout)
         self._max_waiters = _check_max_waiters(max_waiters)
-        self._backends: dict[str, _Backend] = {
-            name: self._new_backend(name, _check_limit(name, n)) for name, n in limits.items()
-        }
-        self._seq = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
+        checked = {name: _check_limit(name, n) for name, n in limits.items()}
+        self._source: PermitSource[Any] = LocalPermits(clock=clock) if source is None else source
+        self._source.set_order(priority=self._priority, starvation_threshold=self._starvation_threshold)
+        self._limits: dict[str, int] = {}
+        self._books: dict[str, _Book] = {}
+        for name, n in checked.items():
+            self.set_limit(name, n)
         # Auxiliary calls (planner, summary...) that got no permit in time and were skipped, by kind.
         self._skipped: dict[str, int] = {}
 
     # ------------------------------------------------------------------ properties
+
+    @property
+    def source(self) -> PermitSource[Any]:
+        return self._source
 
     @property
     def mode(self) -> str:
@@ -366,10 +320,11 @@ class LLMConcurrencyManager:
 
     @property
     def backends(self) -> tuple[str, ...]:
-        return tuple(self._backends)
+        return tuple(self._limits)
 
     def limit(self, backend: str) -> int:
-        return self._get_backend(backend).limit
+        self._book(backend)
+        return self._limits[backend]
 
     # ------------------------------------------------------------------ acquiring
 
@@ -382,12 +337,12 @@ class LLMConcurrencyManager:
         backend (a typo must not silently share another backend's limit), BusyError("rejected") when
         ``max_waiters`` are already queued, and BusyError("timeout") when no permit came in time.
         """
-        b = self._backends.get(backend)
-        if b is None:
-            b = self._get_backend(backend)  # raises the ValueError
+        book = self._books.get(backend)
+        if book is None:
+            book = self._book(backend)  # raises the ValueError
         if timeout is not None:
             _check_timeout("timeout", timeout)
-        return LLMPermit(self, b, timeout, low_priority)
+        return LLMPermit(self, book, timeout, low_priority)
 
     def auxiliary_skipped(self, kind: str) -> None:
         """Count an auxiliary call of ``kind`` (planner, summary...) skipped because no permit came in time."""
@@ -412,202 +367,13 @@ class LLMConcurrencyManager:
         async with self.acquire(backend, timeout):
             return await coro_fn(*args, **kwargs)
 
-    async def _acquire_slow(self, b: _Backend, max_wait: float | None, low_priority: bool = False) -> float:
-        """Queue for a permit; returns the seconds waited. The permit is counted in in_progress on return."""
-        if b.waiting >= self._max_waiters:
-            b.total_rejected += 1
-            raise BusyError(b.name, "rejected", self._retry_after(b), 0.0, b.in_progress, b.waiting, b.limit)
-        wait_limit = self._acquire_timeout if max_wait is None else max_wait
-        if wait_limit <= 0:
-            b.total_timeout += 1
-            raise BusyError(b.name, "timeout", self._retry_after(b), 0.0, b.in_progress, b.waiting, b.limit)
-
-        loop = asyncio.get_running_loop()
-        now = self._clock()
-        ctx: RequestContext | None = _current.get()
-        if ctx is None:
-            priority, arrival, request_id = -1, now, None
-        else:
-            priority, arrival, request_id = -(ctx.completed_calls + 1), ctx.arrival, ctx.request_id
-        self._seq += 1
-        if low_priority:
-            w = _Waiter(loop.create_future(), LOW_PRIORITY, now, self._seq, now, request_id)
-            b.low.append(w)
-        else:
-            w = _Waiter(loop.create_future(), priority, arrival, self._seq, now, request_id)
-            b.queue.append(w)
-            if self._priority:
-                heapq.heappush(b.heap, (w.key, w))
-        b.waiting += 1
-        # Deadlines are resolved by the backend's timer callback rather than asyncio.timeout(): the
-        # waiter is resolved inside the loop without cancelling our task, so a timeout can never be
-        # confused with a real cancellation.
-        deadline = loop.time() + wait_limit
-        heapq.heappush(b.deadlines, (deadline, self._seq, w))
-        if b.timer is None or deadline < b.timer_when:
-            self._arm_timer(b, loop, deadline)
-        try:
-            granted = await w.fut
-        except asyncio.CancelledError:
-            if w.state is _GRANTED:
-                # The permit was handed to us in the same loop step as the cancellation: pass it on,
-                # otherwise it is lost for good.
-                self._release(b)
-            elif w.state is _WAITING:
-                w.state = _CANCELLED
-                b.waiting -= 1
-                self._maybe_compact(b)
-            raise
-        waited = self._clock() - w.enqueued
-        if not granted:
-            raise BusyError(b.name, "timeout", self._retry_after(b), waited, b.in_progress, b.waiting, b.limit)
-        if ctx is not None:
-            ctx.permit_wait_s += waited
-        return waited
-
-    def _arm_timer(self, b: _Backend, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        if b.timer is not None:
-            b.timer.cancel()
-        b.timer = loop.call_at(when, self._on_deadline, b, loop)
-        b.timer_when = when
-
-    def _on_deadline(self, b: _Backend, loop: asyncio.AbstractEventLoop) -> None:
-        """Time out every waiter whose deadline passed, then re-arm for the earliest live deadline.
-
-        The timer is not cancelled when its waiter gets a permit: letting it fire once for nothing is
-        cheaper than cancelling and re-arming per waiter under sustained load.
-        """
-        b.timer = None
-        if loop is not self._loop:
-            return  # left over from a loop the manager has since been rebound from
-        now = loop.time() + _CLOCK_RESOLUTION
-        deadlines = b.deadlines
-        expired = False
-        while deadlines and deadlines[0][0] <= now:
-            w = heapq.heappop(deadlines)[2]
-            # A waiter whose future is already cancelled is left to its own CancelledError handler.
-            if w.state is _WAITING and not w.fut.done():
-                w.state = _TIMED_OUT
-                b.waiting -= 1
-                b.total_timeout += 1
-                w.fut.set_result(False)
-                expired = True
-        while deadlines and deadlines[0][2].state is not _WAITING:
-            heapq.heappop(deadlines)
-        if deadlines:
-            self._arm_timer(b, loop, deadlines[0][0])
-        if expired:
-            self._maybe_compact(b)
-
-    def _release(self, b: _Backend) -> None:
-        if b.in_progress <= 0:
-            raise RuntimeError(f"LLM backend {b.name!r}: release without a matching acquire")
-        b.in_progress -= 1
-        b.total_released += 1
-        if b.waiting:
-            self._wake(b)
-
-    def _wake(self, b: _Backend) -> None:
-        """Hand free permits directly to the next waiters (no barging: in_progress is never lowered first)."""
-        now = self._clock()
-        while b.waiting and b.in_progress < b.limit:
-            w = self._pop_next(b, now)
-            if w is None:
-                break
-            w.state = _GRANTED
-            b.waiting -= 1
-            b.in_progress += 1
-            b.total_acquired += 1
-            b.samples.append((now, now - w.enqueued))
-            w.fut.set_result(True)
-        self._maybe_compact(b)
-
-    def _pop_next(self, b: _Backend, now: float) -> _Waiter | None:
-        """The waiter a free permit goes to: a request's (see the class docstring for the order), else the oldest
-        low-priority one, which therefore never goes ahead of a request and is never boosted."""
-        head = _first_waiting(b, b.queue)
-        if head is None:
-            low = _first_waiting(b, b.low)
-            if low is not None:
-                b.low.popleft()
-            return low
-        # The deque head is the oldest live waiter: if anyone is boosted, it is, and it is the oldest.
-        if not self._priority or now - head.enqueued >= self._starvation_threshold:
-            b.queue.popleft()
-            return head
-        heap = b.heap
-        while heap:
-            w = heapq.heappop(heap)[1]
-            if _still_waiting(b, w):
-                return w  # stays in the deque as a dead entry, dropped when it reaches the head
-        return None  # unreachable while the invariant "every live waiter is in the heap" holds
-
-    def _maybe_compact(self, b: _Backend) -> None:
-        if not b.waiting:
-            # Nobody is waiting, so every remaining entry is dead. The timer is left armed on purpose
-            # (see _on_deadline); it finds an empty heap and stops.
-            b.drop_queued()
-            return
-        bound = 2 * b.waiting + _COMPACT_SLACK
-        if len(b.queue) > bound:
-            b.queue = _without_dead(b.queue)
-        if len(b.low) > bound:
-            b.low = _without_dead(b.low)
-        if len(b.heap) > bound:
-            b.heap = _heap_without_dead(b.heap)
-        if len(b.deadlines) > bound:
-            b.deadlines = _heap_without_dead(b.deadlines)
-
-    def _retry_after(self, b: _Backend) -> float:
-        """Estimate for BusyError.retry_after: the work queued ahead of a new caller, (waiters + 1) x the mean
-        time a recent call held its permit / limit (the one more is the caller's own turn); p90 of recent waits
-        when no call finished lately. Between 1 s and _RETRY_AFTER_MAX_S."""
-        now = self._clock()
-        cached = b.retry_cache
-        if cached is not None and now - cached[0] < _RETRY_AFTER_CACHE_S:
-            return cached[1]
-        holds = [held for released, held in b.holds if now - released <= _HOLD_HORIZON_S]
-        queued = (b.waiting + 1) * (sum(holds) / len(holds)) / b.limit if holds else 0.0
-        estimate = queued if holds else b.window.summary(now)["p90"]
-        value = min(max(estimate, 1.0), _RETRY_AFTER_MAX_S)
-        b.retry_cache = (now, value)
-        return value
-
-    # ------------------------------------------------------------------ loop binding
-
-    def _bind_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        old = self._loop
-        if old is not None and not self._idle():
-            if not old.is_closed():
-                raise RuntimeError("LLMConcurrencyManager is in use on another event loop; use one manager per loop")
-            # A closed loop can never release its permits or resolve its waiters: drop that state
-            # rather than leaving the semaphores permanently short.
-            logger.warning("LLM concurrency manager: previous event loop closed with permits out; resetting")
-            for b in self._backends.values():
-                b.in_progress = 0
-                b.waiting = 0
-                b.drop_queued()
-        for b in self._backends.values():
-            # Deadline timers belong to the old loop; a new waiter arms one on the new loop.
-            if b.timer is not None:
-                b.timer.cancel()
-                b.timer = None
-        self._loop = loop
-
-    def _idle(self) -> bool:
-        return all(b.in_progress == 0 and b.waiting == 0 for b in self._backends.values())
-
     # ------------------------------------------------------------------ configuration
 
-    def _new_backend(self, name: str, limit: int) -> _Backend:
-        return _Backend(name, limit, WaitWindow(self._window_size, self._window_seconds))
-
-    def _get_backend(self, backend: str) -> _Backend:
+    def _book(self, backend: str) -> _Book:
         try:
-            return self._backends[backend]
+            return self._books[backend]
         except KeyError:
-            known = ", ".join(sorted(self._backends))
+            known = ", ".join(sorted(self._books))
             raise ValueError(f"unknown LLM backend {backend!r}; configured backends: {known}") from None
 
     def set_limit(self, backend: str, n: int) -> None:
@@ -617,13 +383,12 @@ class LLMConcurrencyManager:
         is admitted until in_progress drops below the new limit. No permit is created or lost.
         """
         n = _check_limit(backend, n)
-        b = self._backends.get(backend)
-        if b is None:
-            self._backends[backend] = self._new_backend(backend, n)
-            return
-        b.limit = n
-        if b.waiting and b.in_progress < n:
-            self._wake(b)
+        if backend not in self._books:
+            self._books[backend] = _Book(
+                backend, self._source, self._clock, WaitWindow(self._window_size, self._window_seconds)
+            )
+        self._limits[backend] = n
+        self._source.set_limit(backend, n)
 
     def configure(
         self,
@@ -648,88 +413,67 @@ class LLMConcurrencyManager:
             max_waiters = _check_max_waiters(max_waiters)
         new_limits = {name: _check_limit(name, n) for name, n in (limits or {}).items()}
 
-        if starvation_threshold is not None:
-            self._starvation_threshold = starvation_threshold
         if acquire_timeout is not None:
             self._acquire_timeout = acquire_timeout
         if max_waiters is not None:
             self._max_waiters = max_waiters
-        if priority_enabled is not None and bool(priority_enabled) != self._priority:
-            self._priority = bool(priority_enabled)
-            for b in self._backends.values():
-                # The deque always holds every live waiter; the heap is only an index over it, so it
-                # is rebuilt from the deque (entering priority) or dropped (leaving it).
-                if self._priority:
-                    b.heap = [(w.key, w) for w in b.queue if w.state is _WAITING]
-                    heapq.heapify(b.heap)
-                else:
-                    b.heap = []
+        if starvation_threshold is not None or priority_enabled is not None:
+            if starvation_threshold is not None:
+                self._starvation_threshold = starvation_threshold
+            if priority_enabled is not None:
+                self._priority = bool(priority_enabled)
+            self._source.set_order(priority=self._priority, starvation_threshold=self._starvation_threshold)
         for name, n in new_limits.items():
             self.set_limit(name, n)
-        # A shorter starvation threshold or a mode switch changes who is next but frees no permit,
-        # so nothing needs waking beyond what set_limit did.
 
     # ------------------------------------------------------------------ stats
 
     def stats(self, *, queue_head: int = 5) -> ManagerStats:
         """A snapshot for dashboards/health checks; read-only, so it may also be called off the loop."""
         now = self._clock()
-        return {
+        result: ManagerStats = {
             "mode": self.mode,
             "starvation_threshold": self._starvation_threshold,
             "acquire_timeout": self._acquire_timeout,
             "max_waiters": self._max_waiters,
             "live_requests": len(live_request_contexts()),
             "auxiliary_skipped": dict(self._skipped),
-            "backends": {name: self._backend_stats(b, now, queue_head) for name, b in list(self._backends.items())},
+            "backends": {
+                name: self._backend_stats(name, book, now, queue_head) for name, book in list(self._books.items())
+            },
         }
+        cluster = self._source.cluster_stats()
+        if cluster is not None:
+            result["cluster"] = cluster
+        return result
 
-    def _backend_stats(self, b: _Backend, now: float, head_size: int) -> BackendStats:
-        waits = b.window.summary(now)
+    def _backend_stats(self, name: str, book: _Book, now: float, head_size: int) -> BackendStats:
+        """This worker's permits and waiters, and the books; ``available`` is what is free wherever the limit
+        applies (the whole cluster for a shared source, as last seen)."""
+        here = self._source.here(name)
+        seen = self._source.occupancy(name)
+        limit = self._limits[name]
+        waits = book.window.summary(now)
         return {
-            "limit": b.limit,
-            "available": max(0, b.limit - b.in_progress),
-            "in_progress": b.in_progress,
-            "waiting": b.waiting,
-            "total_acquired": b.total_acquired,
-            "total_released": b.total_released,
-            "total_timeout": b.total_timeout,
-            "total_rejected": b.total_rejected,
+            "limit": limit,
+            "available": max(0, limit - max(seen.in_progress, here.in_progress)),
+            "in_progress": here.in_progress,
+            "waiting": here.waiting,
+            "total_acquired": book.acquired,
+            "total_released": book.released,
+            "total_timeout": book.timeout,
+            "total_rejected": book.rejected,
             "wait_samples": waits["samples"],
             "wait_ms_p50": round(waits["p50"] * 1000.0, 3),
             "wait_ms_p95": round(waits["p95"] * 1000.0, 3),
             "wait_ms_p99": round(waits["p99"] * 1000.0, 3),
             "max_wait_ms": round(waits["max"] * 1000.0, 3),
-            "queue_head": self._queue_head(b, now, head_size),
+            "queue_head": self._source.queue_head(name, head_size),
         }
 
-    def _queue_head(self, b: _Backend, now: float, size: int) -> list[QueueHeadEntry]:
-        """The first ``size`` waiters in the order they would be served if permits freed up now."""
-        if size <= 0:
-            return []
-        live = _waiting_now(b.queue)
-        threshold = self._starvation_threshold
-        if self._priority:
-            # Boosted waiters are a prefix of the arrival-ordered list; the rest go by heap key.
-            n_boosted = 0
-            while n_boosted < len(live) and now - live[n_boosted].enqueued >= threshold:
-                n_boosted += 1
-            order = live[:n_boosted]
-            if len(order) < size:
-                order += heapq.nsmallest(size - len(order), live[n_boosted:], key=lambda w: w.key)
-        else:
-            order = live
-        if len(order) < size:
-            order += _waiting_now(b.low)
-        return [
-            {
-                "request_id": w.request_id,
-                "priority": w.priority,
-                "waited_ms": round((now - w.enqueued) * 1000.0, 3),
-                "boosted": self._priority and w.priority != LOW_PRIORITY and now - w.enqueued >= threshold,
-            }
-            for w in order[:size]
-        ]
+    async def aclose(self) -> None:
+        """Stop the source's background work and close its connections (tests, shutdown)."""
+        await self._source.aclose()
 
 
 # ---------------------------------------------------------------------- process singleton

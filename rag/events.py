@@ -113,11 +113,11 @@ class Summary(TypedDict, total=False):
     curated: bool
     degraded: bool
     retrieval_fallback: str  # "" or why a search ran on BM25 alone (the embedder failed): rag.deps.SearchReport
-    # what became of the question (rag.runtime.OUTCOMES) and the best retrieval score seen (None: no search ran)
+    # what became of the question (rag.outcome.OUTCOMES) and the best retrieval score seen (None: no search ran)
     outcome: str
     best_score: float | None
     skipped: list[dict[str, str]]  # auxiliary steps skipped for want of a slot: rag.state.SkippedStep.as_dict()
-    sources: list[dict[str, Any]]  # rag.state.SourceRef.as_dict(): ref, doc_id, title, url, and optional keys
+    sources: list[dict[str, Any]]  # rag.values.Source.as_dict(): ref, doc_id, title, url, and optional keys
     attachments: list[Attachment]
     usage: UsageCounts
     trace_id: str | None

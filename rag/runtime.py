@@ -13,85 +13,23 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from concurrency.context import request_scope
 from concurrency.errors import BusyError
+from rag.conversation_summary import AnsweredTurn, ConversationSummarizer
 from rag.engine import CompiledGraph, GraphCache, NodeRegistry, WorkflowDefinition, compile_workflow
 from rag.errors import PipelineAbort
 from rag.events import Coalescing, Event, EventChannel, StreamWriter, Summary
-from rag.state import PipelineState, Turn
-from rag.state import Source as SourceRef
+from rag.outcome import PipelineOutcome, outcome_of, pipeline_outcome
+from rag.state import PipelineState
+from rag.values import Turn
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("chat", "responses")
-
-# What became of a question, as the content team reads it: answered from the passages, refused (retrieval found
-# nothing the answer could stand on), out of scope, answered degraded (the LLM failed), failed with an error,
-# served from the semantic cache, or answered by a curated answer.
-ANSWERED = "answered"
-REFUSED = "refused"
-OUT_OF_SCOPE = "out_of_scope"
-DEGRADED = "degraded"
-ERROR = "error"
-CACHED = "cached"
-CURATED = "curated"
-OUTCOMES = (ANSWERED, REFUSED, OUT_OF_SCOPE, DEGRADED, ERROR, CACHED, CURATED)
-# the retrieval checker's verdict when retrieval ran out of tries: an answer given on it stands on weak support
-_WEAK_VERDICT = "fallback"
-
-
-@dataclass(frozen=True, slots=True)
-class RunOutcome:
-    """What a finished run tells whoever records it (the chat): the seam between the pipeline and its callers,
-    so they never read the pipeline's state."""
-
-    outcome: str
-    best_score: float | None  # the best retrieval score seen; None when no search ran
-    weak_support: bool  # answered although retrieval ran out of tries without a relevant passage
-    closest: tuple[dict[str, Any], ...]  # the articles retrieval came closest to: doc_id, title, url, score
-    curated_id: str
-    backend: str
-    language: str
-    intent: str
-    question: str  # normalised (translated for the search when needed)
-    sources: tuple[SourceRef, ...]
-    usage: dict[str, int]
-    trace_id: str
-    trace_exported: bool
-    degraded: bool
-    new_summary: str
-    summary_job: Callable[[], Awaitable[str]] | None
-    elapsed_ms: float
-
-
-def _closest_articles(state: PipelineState, limit: int = 3) -> tuple[dict[str, Any], ...]:
-    best: dict[str, dict[str, Any]] = {}
-    for chunk in state.retrieved:
-        key = chunk.doc_id or chunk.url or chunk.title
-        if key and (key not in best or chunk.score > best[key]["score"]):
-            best[key] = {"doc_id": chunk.doc_id, "title": chunk.title, "url": chunk.url, "score": float(chunk.score)}
-    return tuple(sorted(best.values(), key=lambda item: -item["score"])[:limit])
-
-
-def outcome_of(state: PipelineState, *, failed: bool) -> str:
-    """The outcome of a run whose terminal event was an error (`failed`) or its summary."""
-    if failed:
-        return ERROR
-    if state.curated_hit is not None:
-        return CURATED
-    if state.cache_hit is not None:
-        return CACHED
-    if state.degraded:
-        return DEGRADED
-    if state.intent == OUT_OF_SCOPE:
-        return OUT_OF_SCOPE
-    if state.refused:
-        return REFUSED
-    return ANSWERED
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +68,7 @@ class PipelineRun:
         idle_timeout: float,
         telemetry: Any = None,
         coalescing: Coalescing | None = None,
+        summarizer: ConversationSummarizer | None = None,
     ):
         self.graph = graph
         self.state = state
@@ -143,6 +82,7 @@ class PipelineRun:
         self._cancel_code = "cancelled"
         self._cancel_payload: dict[str, Any] = {}
         self._telemetry = telemetry
+        self._summarizer = summarizer
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> PipelineRun:
@@ -228,38 +168,23 @@ class PipelineRun:
             )
             writer.fail(state.error.code, state.error.message, **extra)
         else:
+            self._summary_unless_planned()
             writer.finish(self.summary())
 
-    def outcome(self) -> RunOutcome:
-        """The run's typed outcome, once it has ended (or been cancelled: then it counts as an error)."""
+    def _summary_unless_planned(self) -> None:
+        """Plan the conversation summary of an answered turn that no node planned (a workflow without
+        response_synth, a cached or curated answer), with the default policy: the summary never depends on which
+        nodes a workflow has. Before the terminal event, so the outcome recorded with it carries the summary."""
         state = self.state
-        terminal = self.terminal
-        failed = terminal is None or terminal["channel"] != "meta_summary"
-        best = max((chunk.score for chunk in state.retrieved), default=None)
-        kind = outcome_of(state, failed=failed)
-        return RunOutcome(
-            outcome=kind,
-            best_score=None if best is None else float(best),
-            weak_support=kind == ANSWERED and state.retrieval_verdict == _WEAK_VERDICT,
-            closest=_closest_articles(state),
-            curated_id=state.curated_hit.curated_id if state.curated_hit is not None else "",
-            backend=state.backend,
-            language=state.language,
-            intent=state.intent,
-            question=state.normalized_question,
-            sources=tuple(state.sources),
-            usage={
-                "input_tokens": state.usage.input_tokens,
-                "output_tokens": state.usage.output_tokens,
-                "total_tokens": state.usage.total_tokens,
-            },
-            trace_id=state.trace_id,
-            trace_exported=state.trace_exported,
-            degraded=state.degraded,
-            new_summary=state.new_summary,
-            summary_job=state.summary_job,
-            elapsed_ms=round(((self.finished or time.monotonic()) - self.started) * 1000, 1),
-        )
+        if self._summarizer is None or state.new_summary or not state.answer.strip():
+            return
+        planned = self._summarizer.plan(AnsweredTurn.of(state))
+        state.new_summary, state.summary_job = planned.offline, planned.job
+
+    def outcome(self) -> PipelineOutcome:
+        """The run's typed outcome, once it has ended (or been cancelled: then it counts as an error)."""
+        elapsed_ms = round(((self.finished or time.monotonic()) - self.started) * 1000, 1)
+        return pipeline_outcome(self.state, terminal=self.terminal, elapsed_ms=elapsed_ms)
 
     def summary(self) -> Summary:
         state = self.state
@@ -308,6 +233,7 @@ class PipelineRuntime:
         self.graph_cache = GraphCache()
         self._deps_factory = deps_factory
         self._deps: Any = None
+        self._summarizer: ConversationSummarizer | None = None
         self._deps_lock = asyncio.Lock()
         self._default_workflow = default_workflow
         self._workflows: dict[str, WorkflowDefinition] = {}
@@ -334,6 +260,12 @@ class PipelineRuntime:
         set_producers = getattr(getattr(deps, "cache", None), "set_producers", None)
         if callable(set_producers):
             set_producers(self.producers)
+        # the summary of a turn no node summarised, with the default policy and the dependencies' model
+        self._summarizer = ConversationSummarizer(
+            llm=getattr(deps, "llm", None),
+            prompts=getattr(deps, "prompts", None),
+            stats=getattr(deps, "answer_stats", None),
+        )
         self._deps = deps
 
     def set_workflow(self, backend: str, definition: WorkflowDefinition | None) -> None:
@@ -393,6 +325,7 @@ class PipelineRuntime:
             idle_timeout=self.idle_timeout,
             telemetry=getattr(deps, "telemetry", None),
             coalescing=self.coalescing,
+            summarizer=self._summarizer,
         ).start()
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ from rag.events import Coalescing
 from rag.prompting.prompts import OrganisationPrompts, RegistryPrompts
 from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import AsyncEmbedder, LexicalEmbedder
+from rag.retrieval.other_language import OtherLanguageSearch
 from rag.retrieval.prompts import EmbeddingPrompts, resolve_prompts
 from rag.retrieval.retriever import StoreRetriever, default_mode
 from rag.retrieval.sparse import query_encoder
@@ -60,6 +61,7 @@ from rag.runtime import PipelineRuntime
 from rag.semcache.cache import build_semantic_cache
 from rag.semcache.services import cache_entries_invalidate_for_documents
 from rag.telemetry import current_telemetry, get_telemetry
+from rag.text.glossary import builtin_glossary
 from rag.workflows.default import default_workflow
 
 if TYPE_CHECKING:
@@ -264,6 +266,13 @@ def search_settings_from_settings(embedder: Any) -> tuple[Any, Any]:
     )
 
 
+def other_language_from_settings() -> OtherLanguageSearch | None:
+    """The search of the other language's passages with a question's glossary translations
+    (rag.retrieval.other_language), on with the bilingual query expansion."""
+    enabled = settings.RAG_CROSS_LANGUAGE_EXPANSION and settings.RAG_CROSS_LANGUAGE_WEIGHT > 0
+    return OtherLanguageSearch(builtin_glossary()) if enabled else None
+
+
 def query_encoder_from_settings() -> Any:
     """The retriever's BM25 query encoder: with the bilingual glossary expansion unless
     RAG_CROSS_LANGUAGE_EXPANSION is off."""
@@ -418,7 +427,13 @@ def build_deps() -> PipelineDeps:
     breaker = embedder_breaker_from_settings(embedder)
     deps = PipelineDeps(
         retriever=StoreRetriever(
-            store, embedder, mode=mode, encoder=query_encoder_from_settings(), settings=search_settings, breaker=breaker
+            store,
+            embedder,
+            mode=mode,
+            encoder=query_encoder_from_settings(),
+            settings=search_settings,
+            breaker=breaker,
+            other_language=other_language_from_settings(),
         ),
         config=pipeline_config_from_settings(),
         rate_limiter=rate_limiter_from_settings(),

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """How closely FIFO and priority order hold across workers drawing LLM permits from one Redis.
 
-Two worker processes (each a ``ClusterManager`` with its own Redis connections, as two daphne workers have) share
-one limit. Each makes ``--calls`` calls at random moments (exponential gaps, mean ``--gap-ms``), holding the permit
-for ``--hold-ms``; every call records when its caller asked (wall clock) and when it was granted. Order is then
-compared with the callers' order of asking: an inversion is a pair of calls granted in the opposite order. In
-priority mode each call gets a random number of completed calls (0-3), and the expected order is by priority, then
-the request's arrival (or oldest first once the starvation threshold has passed).
+Two worker processes (each a manager of cluster-wide permits, ``cluster_manager``, with its own Redis connections,
+as two daphne workers have) share one limit. Each makes ``--calls`` calls at random moments (exponential gaps, mean
+``--gap-ms``), holding the permit for ``--hold-ms``; every call records when its caller asked (wall clock) and when
+it was granted. Order is then compared with the callers' order of asking: an inversion is a pair of calls granted
+in the opposite order. In priority mode each call gets a random number of completed calls (0-3), and the expected
+order is by priority, then the request's arrival (or oldest first once the starvation threshold has passed).
 
     REDIS_URL=redis://127.0.0.1:6379/7 .venv/bin/python scripts/bench_cluster_order.py [--mode fifo|priority]
 """
@@ -27,13 +27,13 @@ from pathlib import Path
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR))
 
-from concurrency.cluster import ClusterManager  # noqa: E402
+from concurrency.cluster import cluster_manager  # noqa: E402
 from concurrency.context import request_scope  # noqa: E402
 
 
 async def worker_calls(args: argparse.Namespace, name: str, prefix: str, seed: int) -> list[dict[str, float]]:
     rng = random.Random(seed)
-    manager = ClusterManager(
+    manager = cluster_manager(
         {"chat": args.limit},
         redis_url=args.redis_url,
         prefix=prefix,

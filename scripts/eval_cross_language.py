@@ -17,7 +17,9 @@ Variants: "baseline" (no expansion); "glossary-W" the built-in glossary's transl
 terms as bigrams; "glossary-W-uni" with their single characters too; "glossary-W-massM" each translation weighing
 W * max(1, M * the tokens of the term it translates) (M 1 when left out); "-ownS" added: the question's own words
 searched as well, and their best passage in the asker's language, when it holds S of the question's terms, put
-ahead of the passages the translations lifted above it (the product's setting: glossary-1.0-mass0.5-own0.5).
+ahead of the passages the translations lifted above it; "-other" added: the other language's passages searched
+alone with the translations as well (rag.retrieval.other_language; the product's setting:
+glossary-1.0-mass0.5-own0.5-other).
 Prints a markdown table (or JSON lines).
 """
 
@@ -49,6 +51,7 @@ from rag.nodes import build_registry  # noqa: E402
 from rag.retrieval.embedding import LexicalEmbedder  # noqa: E402
 from rag.retrieval.indexer import build_index  # noqa: E402
 from rag.retrieval.markdown import Document, load_markdown_dir  # noqa: E402
+from rag.retrieval.other_language import OtherLanguageSearch  # noqa: E402
 from rag.retrieval.retriever import StoreRetriever  # noqa: E402
 from rag.retrieval.sparse import BM25Encoder, QueryExpansion  # noqa: E402
 from rag.retrieval.store import VectorStore  # noqa: E402
@@ -82,7 +85,7 @@ def encoder_for(variant: str) -> BM25Encoder:
     if variant == "baseline":
         return BM25Encoder()
     name, weight, *options = variant.split("-")
-    known = ("uni", "mass", "own")
+    known = ("uni", "mass", "own", "other", "within")
     if name != "glossary" or not all(option.startswith(known) for option in options):
         raise ValueError(f"unknown variant {variant!r}")
     mass = _option(options, "mass", 0.0)
@@ -91,6 +94,16 @@ def encoder_for(variant: str) -> BM25Encoder:
         builtin_glossary(), weight=float(weight), cjk_unigrams="uni" in options, source_mass=mass, own_coverage=own
     )
     return BM25Encoder(expansion=expansion)
+
+
+def other_for(variant: str) -> OtherLanguageSearch | None:
+    """The other-language search a variant names: "-other" (rag.retrieval.other_language); "-withinN": no further
+    down than the N-th distinct article (3 unless given). None without "-other"."""
+    options = variant.split("-")[2:]
+    if "other" not in options:
+        return None
+    within = int(_option(options, "within", 3.0))
+    return OtherLanguageSearch(builtin_glossary(), within=within)
 
 
 def _option(options: list[str], prefix: str, absent: float) -> float:
@@ -141,7 +154,11 @@ async def measure_direction(
         scores = {}
         for variant in variants:
             retriever = StoreRetriever(
-                store, LexicalEmbedder(), encoder=encoder_for(variant), language_boost=language_boost
+                store,
+                LexicalEmbedder(),
+                encoder=encoder_for(variant),
+                language_boost=language_boost,
+                other_language=other_for(variant),
             )
             deps = PipelineDeps(retriever=retriever, config=PipelineConfig())
             runtime = PipelineRuntime(

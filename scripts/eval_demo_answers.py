@@ -39,7 +39,7 @@ from rag.retrieval.markdown import Document, load_markdown_dir  # noqa: E402
 from rag.retrieval.retriever import StoreRetriever  # noqa: E402
 from rag.retrieval.store import VectorStore  # noqa: E402
 from rag.runtime import AskRequest, PipelineRuntime  # noqa: E402
-from rag.wiring import query_encoder_from_settings  # noqa: E402
+from rag.wiring import other_language_from_settings, query_encoder_from_settings  # noqa: E402
 from rag.workflows.default import default_workflow  # noqa: E402
 
 DEMO = ROOT / "rag" / "corpus" / "demo"
@@ -51,7 +51,12 @@ async def _measure(documents: list[Document], cases: list[Case], folder: Path) -
     try:
         build_index(documents, store, LexicalEmbedder())
         # the product's query encoder: RAG_CROSS_LANGUAGE_EXPANSION=false measures without the glossary
-        retriever = StoreRetriever(store, LexicalEmbedder(), encoder=query_encoder_from_settings())
+        retriever = StoreRetriever(
+            store,
+            LexicalEmbedder(),
+            encoder=query_encoder_from_settings(),
+            other_language=other_language_from_settings(),
+        )
         deps = PipelineDeps(retriever=retriever, config=PipelineConfig())
         runtime = PipelineRuntime(
             registry=build_registry(), deps_factory=lambda: deps, default_workflow=default_workflow()

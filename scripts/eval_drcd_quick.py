@@ -32,10 +32,12 @@ from rag.retrieval.embedding import LexicalEmbedder  # noqa: E402
 from rag.retrieval.indexer import build_index  # noqa: E402
 from rag.retrieval.loaders import SquadQuestion, read_squad  # noqa: E402
 from rag.retrieval.markdown import Document, LoadError  # noqa: E402
+from rag.retrieval.other_language import OtherLanguageSearch  # noqa: E402
 from rag.retrieval.retriever import StoreRetriever  # noqa: E402
-from rag.retrieval.sparse import SOURCE_MASS, BM25Encoder, BM25Params, QueryExpansion  # noqa: E402
+from rag.retrieval.sparse import SOURCE_MASS, BM25Encoder, BM25Params, QueryExpansion, query_encoder  # noqa: E402
 from rag.retrieval.store import SEARCH_MODES, SearchSettings, VectorStore  # noqa: E402
 from rag.text.glossary import builtin_glossary  # noqa: E402
+from rag.text.language import EN, ZH_HANS, ZH_HANT, detect_language  # noqa: E402
 from rag.text.tokenize import tokenize  # noqa: E402
 
 _CJK_RUN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -80,12 +82,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def evaluate(retriever: StoreRetriever, questions: list[SquadQuestion], depth: int) -> dict[str, float]:
+def evaluate(
+    retriever: StoreRetriever, questions: list[SquadQuestion], depth: int, *, prefer_language: bool = False
+) -> dict[str, float]:
     ranks: list[int] = []
     latencies: list[float] = []
     for question in questions:
+        language = search_language(question.text) if prefer_language else None
         started = time.perf_counter()
-        chunks = retriever.search_sync(question.text, limit=depth)
+        chunks = retriever.search_sync(question.text, limit=depth, language=language)
         latencies.append((time.perf_counter() - started) * 1000)
         docs: list[str] = []
         for chunk in chunks:
@@ -101,6 +106,14 @@ def evaluate(retriever: StoreRetriever, questions: list[SquadQuestion], depth: i
         "p50": statistics.median(latencies),
         "p95": percentile(latencies, 0.95),
     }
+
+
+def search_language(question: str) -> str | None:
+    """The language the pipeline's first search prefers (tool_executor): the question's, in the corpus script."""
+    language = detect_language(question)
+    if language in (ZH_HANT, ZH_HANS):
+        return ZH_HANT
+    return EN if language == EN else None
 
 
 def main() -> int:
@@ -121,6 +134,18 @@ def main() -> int:
     parser.add_argument("--tokens", choices=sorted(TOKENS), default="default", help="BM25 token variant")
     parser.add_argument(
         "--expansion", type=float, default=0.0, help="bilingual query expansion at this weight (0: off)"
+    )
+    parser.add_argument(
+        "--cross-language",
+        choices=("expansion", "all"),
+        help="the product's query side across languages: the glossary expansion with the own-words lead "
+        "(query_encoder(1.0)), and with 'all' the other language's passages searched with the translations as "
+        "well; implies --prefer-language",
+    )
+    parser.add_argument(
+        "--prefer-language",
+        action="store_true",
+        help="ask with the question's language preferred, as the pipeline's first search does",
     )
     # the SQuAD loader's passage sizes by default; 350/500 are the help-article sizes
     parser.add_argument("--target-units", type=int, default=PASSAGE_CHUNKING.target_units)
@@ -155,6 +180,10 @@ def main() -> int:
             else BM25Encoder(params, tokens=variant, expansion=expansion)
         )
         report = build_index(documents, store, embedder, config=chunking, encoder=encoder)
+        other = None
+        if args.cross_language:
+            encoder = query_encoder(1.0)
+            other = OtherLanguageSearch(glossary) if args.cross_language == "all" else None
         print(
             f"{args.path.name}: {report.documents} paragraphs -> {report.chunks} chunks, "
             f"{len(questions)} questions; index {report.seconds:.1f} s; engine {args.engine}"
@@ -167,9 +196,12 @@ def main() -> int:
                 mode=mode,
                 encoder=encoder,
                 settings=settings,
+                other_language=other,
             )
             retriever.search_sync("warm-up", limit=1)
-            m = evaluate(retriever, questions, depth=30)
+            m = evaluate(
+                retriever, questions, depth=30, prefer_language=args.prefer_language or bool(args.cross_language)
+            )
             print(
                 f"{mode:16} {m['r1']:6.4f} {round(m['r1'] * len(questions)):6d} {m['r5']:6.4f} {m['r10']:6.4f} "
                 f"{m['mrr']:6.4f} "

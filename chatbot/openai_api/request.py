@@ -31,7 +31,7 @@ from chatbot.streaming import AskInput
 from infra.jsonio import JsonInputError, json_decode
 from rag.questions import question_too_long
 from rag.runtime import BACKENDS
-from rag.state import Turn
+from rag.values import Turn
 
 _IGNORED_NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _IGNORED_INTEGERS = ("max_tokens", "max_completion_tokens", "seed")

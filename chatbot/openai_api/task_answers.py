@@ -37,8 +37,8 @@ from rag.errors import PipelineAbort
 from rag.llm.errors import InvalidLLMOutput
 from rag.llm.policy import SlotTerms
 from rag.rules.planner_rules import FORM_DOWNLOAD, FORM_EXPORT, OUT_OF_SCOPE, plan_offline
-from rag.state import RetrievedChunk
 from rag.text.language import EN, detect_language, is_chinese
+from rag.values import RetrievedChunk
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rag.state import Turn
+from rag.values import Turn
 
 TITLE = "title"
 TAGS = "tags"

@@ -62,7 +62,8 @@ class RedisLink:
         base = f"{self.prefix}:llm:{backend}"
         return [f"{base}:holders", f"{base}:queue", f"{base}:qtime", f"{base}:wlease", f"{base}:low"]
 
-    def _common(self, limit: int, lease_ms: int, threshold_ms: int, priority: bool) -> list[Any]:
+    def script_args(self, limit: int, lease_ms: int, threshold_ms: int, priority: bool) -> list[Any]:
+        """The arguments every script starts with (its ``ARGV[1..5]``)."""
         return [limit, lease_ms, threshold_ms, 1 if priority else 0, self.grant_channel_prefix]
 
     async def acquire(

@@ -13,8 +13,8 @@ Keys of one backend (``<prefix>:llm:<backend>:...``):
 
 A token is ``<worker id>|<uuid>``; a permit handed to a waiter is announced on ``<channel prefix><worker id>``.
 Every script first drops expired leases, then hands free permits to the next waiters (FIFO by enqueue time, or
-priority with the oldest waiter first once it has waited the starvation threshold), so the queue moves even when
-the holder that should have released is gone.
+priority, ties in enqueue order, with the oldest waiter first once it has waited the starvation threshold), so the
+queue moves even when the holder that should have released is gone.
 """
 
 from __future__ import annotations
@@ -62,6 +62,24 @@ local function expire()
   end
 end
 
+-- The head of the priority queue; among waiters of equal score (same priority, requests arrived in the same ms),
+-- the one queued first.
+local function first_by_priority()
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local token = head[1]
+  local ties = redis.call('ZRANGEBYSCORE', KEYS[2], head[2], head[2])
+  if #ties > 1 then
+    local best = tonumber(redis.call('ZSCORE', KEYS[3], token))
+    for _, other in ipairs(ties) do
+      local at = tonumber(redis.call('ZSCORE', KEYS[3], other))
+      if at < best then
+        token, best = other, at
+      end
+    end
+  end
+  return token
+end
+
 local function grant()
   local free = limit - redis.call('ZCARD', KEYS[1])
   while free > 0 do
@@ -75,7 +93,7 @@ local function grant()
     else
       token = oldest[1]
       if prio == 1 and now - tonumber(oldest[2]) < threshold then
-        token = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+        token = first_by_priority()
       end
     end
     forget_waiter(token)

@@ -13,31 +13,36 @@ and listed after it. Fixed replies (out of scope, the forms export, nothing rele
 `fallback`) stay offline: there is nothing for a model to add, and the model never answers what retrieval did
 not find. When the model fails for good, before or after its first token, the answer is made (or finished) from
 the passages after a one-line notice, flagged `degraded` (where degraded answers are allowed; elsewhere the error
-ends the stream). Then the running conversation summary is updated: the offline one at once, and the
-model's (conversation-summarizer) after the terminal event, once the conversation outgrows the history the model
-sees word for word (`summary_when`); a failed call keeps the offline one, the answer is already out. Every call
-emits its usage.
+ends the stream). Then the running conversation summary is planned with this node's params
+(`rag.conversation_summary`): the offline one at once, and the model's (conversation-summarizer) after the terminal
+event, once the conversation outgrows the history the model sees word for word (`summary_when`); a failed call keeps
+the offline one, the answer is already out. Every call emits its usage.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from typing import Any, Protocol, runtime_checkable
 
 from rag.branding.texts import FixedOrganisation, OrganisationSource
+from rag.conversation_summary import (
+    EVERY_TURN,
+    WINDOW_FULL,
+    AnsweredTurn,
+    ConversationSummarizer,
+    SummaryPolicy,
+)
 from rag.deps import PipelineDeps, PromptProvider
 from rag.engine import NodeType, ParamSpec
 from rag.errors import Busy, PipelineAbort, UpstreamError, UpstreamTimeout
 from rag.events import StreamWriter
-from rag.llm.policy import SlotTerms
 from rag.nodes._streaming import stream_text
 from rag.nodes.retrieval_checker import RELEVANT
 from rag.prompting import calls
 from rag.prompting.followup import REWRITE, SCRIPT, TARGET_NAMES, TRANSLATE, canonical_instruction, followup_mode
-from rag.prompting.prompts import CONVERSATION_SUMMARIZER, TRANSLATOR, UNIFIED_AGENT
+from rag.prompting.prompts import TRANSLATOR, UNIFIED_AGENT
 from rag.prompting.sources import cited_sources, number_sources, sources_prompt
 from rag.rules import answers, messages
 from rag.rules.asked import titles_asking
@@ -51,7 +56,6 @@ from rag.text.language import OTHER
 logger = logging.getLogger(__name__)
 
 NAME = "response_synth"
-SUMMARY_NODE = "conversation_summarizer"  # the label of the summary call (LLM_NODE_MODELS can target it)
 INPUTS = ("normalized_question", "language")
 # Read when an upstream node wrote them, meaningful defaults otherwise (no retrieval on the direct path, no
 # prepared answer outside follow-ups): optional inputs, so a workflow without retrieval still validates.
@@ -76,11 +80,6 @@ _INSTRUCTION_SENTENCES = {
     SHORTEN: "Make the previous answer shorter.",
     ELABORATE: "Explain the previous answer in more detail.",
 }
-_SUMMARY_MAX_CHARS = 1000
-_SUMMARY_ANSWER_CHARS = 3000
-# When the model writes the running summary: only once a turn leaves the history window, or after every turn.
-WINDOW_FULL = "window_full"
-EVERY_TURN = "every_turn"
 # Chunks of one article read to give a procedure whole: far more steps than a chat answer can show (the demo
 # help centre's longest article has 8 chunks), and a bound on what one question reads.
 MAX_DOCUMENT_CHUNKS = 50
@@ -136,13 +135,21 @@ class ResponseSynth:
         self._source_chars = source_chars
         self._history_turns = history_turns
         self._history_chars = history_chars
-        self._llm_summary = llm_summary
-        self._summary_when = summary_when
-        self._summary_timeout = summary_timeout
-        # After the answer: the lowest priority (never ahead of a request's call), skipped past its wait bound.
-        self._summary_slot = SlotTerms(wait=summary_slot_wait, low_priority=True, auxiliary="summary")
-        self._degraded = degraded_answers
         self._stats = stats or AnswerStats()
+        self._summarizer = ConversationSummarizer(
+            llm=llm,
+            prompts=self._prompts,
+            stats=self._stats,
+            policy=SummaryPolicy(
+                llm_summary=llm_summary,
+                when=summary_when,
+                timeout=summary_timeout,
+                slot_wait=summary_slot_wait,
+                history_turns=history_turns,
+                history_chars=history_chars,
+            ),
+        )
+        self._degraded = degraded_answers
         self._documents = documents
         self._document_timeout = document_timeout
 
@@ -157,22 +164,18 @@ class ResponseSynth:
             await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
         # The offline summary at once; the model's is written after the terminal event (`summary_job`), so the
         # answer's stream never waits for it nor holds a second slot while it is written.
-        state.new_summary = answers.updated_summary(state.summary, state.normalized_question, state.answer)
-        if self._llm is not None and self._llm_summary and state.answer.strip() and not state.degraded:
-            # not when degraded: the model just failed, and the summary would wait for it again
-            if self._summary_when == WINDOW_FULL and self._next_turn_sees_it_all(state):
-                return None
-            state.summary_job = functools.partial(self._summarize, state, state.new_summary)
+        # (the turn spelled out here rather than by AnsweredTurn.of, so the registry's check sees what is read)
+        turn = AnsweredTurn(
+            backend=state.backend,
+            previous=state.summary,
+            question=state.normalized_question,
+            answer=state.answer,
+            history=tuple(state.history),
+            degraded=state.degraded,
+        )
+        planned = self._summarizer.plan(turn)
+        state.new_summary, state.summary_job = planned.offline, planned.job
         return None
-
-    def _next_turn_sees_it_all(self, state: PipelineState) -> bool:
-        """True while the next turn's prompt will carry every turn so far word for word: the previous ones and this
-        one fit the history window (`history_turns` messages, none clipped at `history_chars`), so a model summary
-        would only repeat them. The offline summary is still stored, and the model's is written from the turn
-        whose answer pushes the first message out, built on the offline one of the turns before."""
-        turns = len(calls.recent_turns(state.history, turns=len(state.history))) + 2
-        longest = max(len(state.normalized_question.strip()), len(state.answer.strip()))
-        return turns <= self._history_turns and longest <= self._history_chars
 
     @staticmethod
     def _set(state: PipelineState, composed: answers.ComposedAnswer) -> None:
@@ -349,40 +352,6 @@ class ResponseSynth:
         else:
             self._set(state, await self._compose(state))
         await stream_text(writer, self.name, state.answer, chunk_chars=self._chunk_chars)
-
-    # ------------------------------------------------------------------ the running summary
-
-    async def _summarize(self, state: PipelineState, offline: str) -> str:
-        """The model's running summary, or `offline` when the call fails, takes over `summary_timeout` seconds once it
-        holds a slot, or gets no slot within `summary_slot_wait` (skipped, counted by the concurrency manager). Runs
-        after the terminal event at the lowest priority: nothing is emitted, the outcome is counted (`AnswerStats`)
-        and logged."""
-        llm = self._llm
-        assert llm is not None
-        try:
-            snapshot = await calls.load_prompt(self._prompts, CONVERSATION_SUMMARIZER)
-            prompt = calls.render(
-                snapshot,
-                CONVERSATION_SUMMARIZER,
-                summary=state.summary,
-                question=state.normalized_question,
-                answer=calls.clip(answers.answer_body(state.answer), _SUMMARY_ANSWER_CHARS),
-            )
-            result = await llm.complete(
-                backend=state.backend,
-                node=SUMMARY_NODE,
-                messages=[{"role": "user", "content": prompt}],
-                total_timeout=self._summary_timeout,
-                slot=self._summary_slot,
-                **calls.call_options(llm, snapshot, node=SUMMARY_NODE),
-            )
-        except calls.FALLBACK_ERRORS as exc:
-            calls.log_fallback(f"{NAME} summary", exc)
-            self._stats.summary(fallback=True)
-            return offline
-        summary = " ".join(result.text.split())[:_SUMMARY_MAX_CHARS]
-        self._stats.summary(fallback=not summary)
-        return summary or offline
 
     async def _document(self, doc_id: str) -> list[RetrievedChunk]:
         """The article's chunks in order; [] when there is no reader or it fails (the answer then uses the chunks

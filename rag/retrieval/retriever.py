@@ -17,7 +17,10 @@ exist in the other language (or carry the English name of a form or an app), and
 Chunks in the asked language get their score multiplied by `language_boost`, which reorders near-ties only.
 With the bilingual query expansion (`rag.retrieval.sparse.QueryExpansion`), the question's own words are searched
 too, and their best passage in the asked language, when it holds half of the question's terms, is kept ahead of
-the passages the translations lifted above it (`_lead_first`; docs/benchmarks/cross_language.md).
+the passages the translations lifted above it (`_lead_first`; docs/benchmarks/cross_language.md). With an
+`OtherLanguageSearch`, the other language's passages are also searched alone with the question's translations,
+and their best is let in among the first articles when it says more of the question than those it passes
+(`rag.retrieval.other_language`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from rag.deps import SearchReport
 from rag.retrieval.breaker import EmbedderBreaker
 from rag.retrieval.embedding import LEXICAL, OPENAI, SENTENCE_TRANSFORMERS, AsyncEmbedder, Embedder, embedder_kind
+from rag.retrieval.other_language import OTHER_LANGUAGE, OtherLanguageSearch
 from rag.retrieval.rerank import SentenceRerank, rerank_hits
 from rag.retrieval.sparse import BM25Encoder, SparseVector
 from rag.retrieval.store import SEARCH_MODES, SearchMode, SearchSettings, StoreHit, VectorStore
@@ -87,6 +91,7 @@ class StoreRetriever:
         language_policy: LanguagePolicy = "boost",
         language_boost: float = 1.2,
         breaker: EmbedderBreaker | None = None,
+        other_language: OtherLanguageSearch | None = None,
     ) -> None:
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {', '.join(SEARCH_MODES)}")
@@ -99,6 +104,8 @@ class StoreRetriever:
         self.settings = settings or SearchSettings()
         self.language_policy = language_policy
         self.language_boost = language_boost
+        # the other language's passages searched alone with the question's translations (boost policy only)
+        self.other_language = other_language
         # a network embedder's queries: bounded, and skipped for a while after a failure (rag.retrieval.breaker)
         self.breaker = breaker
         if breaker is None and isinstance(embedder, AsyncEmbedder):
@@ -190,6 +197,19 @@ class StoreRetriever:
         search = functools.partial(self._ranked, dense, limit=limit, preferred=preferred, kind=kind, mode=mode)
         if mode == "dense":
             return search(None, {})
+        found = self._led(query, search, preferred)
+        other = self.other_language
+        if other is None or self.language_policy != "boost" or preferred not in OTHER_LANGUAGE:
+            return found
+        return self._with_other_language(other, query, found, preferred, kind)
+
+    def _led(
+        self,
+        query: str,
+        search: Callable[[SparseVector | None, dict[str, float]], list[RetrievedChunk]],
+        preferred: str | None,
+    ) -> list[RetrievedChunk]:
+        """The expanded query's chunks, with the own-words lead when the encoder asks for it."""
         terms = self.encoder.query_terms(query)
         sparse = self.encoder.query_vector(terms)
         found = search(sparse, terms)
@@ -205,6 +225,20 @@ class StoreRetriever:
         if lead is None or _covered(query, lead) < expansion.own_coverage:
             return found
         return _lead_first(query, found, lead)
+
+    def _with_other_language(
+        self, other: OtherLanguageSearch, query: str, chunks: list[RetrievedChunk], preferred: str, kind: str | None
+    ) -> list[RetrievedChunk]:
+        """`chunks` with the other language's best passage for the question's translations let in when it says
+        enough of the question (rag.retrieval.other_language)."""
+        reading = other.read(query)
+        vector = other.query(reading)
+        if not len(vector):
+            return chunks
+        hits = self.store.search(
+            None, vector, limit=1, language=OTHER_LANGUAGE[preferred], kind=kind, mode="sparse", settings=self.settings
+        )
+        return other.admit(reading, chunks, to_chunk(hits[0]), preferred) if hits else chunks
 
     def _ranked(
         self,

@@ -221,8 +221,8 @@ class BM25Encoder:
 # measured on the build half of the cross-language set: 0.5 lifts zh -> en without costing same-language recall,
 # 0.7 and 1 lift it more but lose same-language recall@5 (docs/benchmarks/cross_language.md)
 SOURCE_MASS = 0.5
-# the offline answer rule's test (rag.rules.answers.OWN_LANGUAGE_MIN_OVERLAP): a passage in the asker's language
-# answers in the question's own words when it holds half of its terms
+# a passage in the asker's language answers in the question's own words when it holds half of its terms
+# (rag.rules.terms.best_coverage)
 OWN_COVERAGE = 0.5
 
 

@@ -15,7 +15,8 @@ from rag.rules import messages
 from rag.rules.asked import TitlesAsking, titles_asking
 from rag.rules.passages import Block, Sentence, announces_list, answer_sentences
 from rag.rules.procedures import Procedure, StepSection, find_procedure, step_sections, step_sections_doc
-from rag.rules.terms import best_coverage, overlap, query_terms, split_sentences, text_terms
+from rag.rules.terms import best_coverage, query_terms, split_sentences, text_terms
+from rag.rules.translated import translated_coverage
 from rag.state import Attachment, RetrievedChunk, Source
 from rag.text.glossary import builtin_glossary
 from rag.text.question_words import question_kind
@@ -102,12 +103,6 @@ class _SourceBook:
         return ref
 
 
-# The asker's language's passages give way to the other language's when they hold less than this share of the
-# question's terms and the other language's best holds more of the question's terms translated: an incidental
-# English page ("email", "code") does not answer what a zh-hant page says about 驗證碼 and 電子郵件.
-OWN_LANGUAGE_MIN_OVERLAP = 0.5
-
-
 def _in_language(chunks: list[RetrievedChunk], language: str, question: str = "") -> list[RetrievedChunk]:
     """The chunks written in the reply language, when there are any and they hold the question's terms at least
     as well as the other language's hold its translations (else the other language's: better than nothing, and
@@ -121,16 +116,14 @@ def _in_language(chunks: list[RetrievedChunk], language: str, question: str = ""
 
 
 def _other_language_answers(question: str, own: list[RetrievedChunk], other: list[RetrievedChunk]) -> bool:
-    translated = query_terms(" ".join(builtin_glossary().translations(question)))
-    if not translated:
-        return False
-    # the test the retriever also uses before its own-words lead may rank first (rag.retrieval.retriever)
+    """Whether the other language's passages say more of the question, as written or through the glossary
+    translation of its terms (rag.rules.translated), than the asker's language's say as written: an incidental
+    English page ("email", "code") does not answer what a zh-hant page says about 驗證碼 and 電子郵件, and a page
+    in the asker's language saying as much keeps the answer. (The rule it replaces, the other language only
+    when the asker's passages held under half of the question's terms, kept the asker's language whenever any of
+    its pages shared half the question's words: docs/benchmarks/cross_language.md.)"""
     own_best = best_coverage(question, (_passage(chunk) for chunk in own))
-    return own_best < OWN_LANGUAGE_MIN_OVERLAP and max(overlap(translated, _chunk_terms(c)) for c in other) > own_best
-
-
-def _chunk_terms(chunk: RetrievedChunk) -> set[str]:
-    return text_terms(_passage(chunk))
+    return translated_coverage(question, (_passage(chunk) for chunk in other), builtin_glossary()) > own_best
 
 
 def _passage(chunk: RetrievedChunk) -> str:

@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 
-from chatbot.models import Message
+from chatbot.models import Conversation, Message
 from chatbot.streaming import pending_records
 from rag.curated.models import CuratedAnswer
 from tests.chatbot.helpers import ask_body, sse_request
@@ -44,6 +44,9 @@ async def test_a_paraphrase_gets_the_curated_answer_marked_curated() -> None:
     message = await Message.objects.aget(request_id=summary["request_id"], role="assistant")
     curated = await CuratedAnswer.objects.aget()
     assert message.outcome == "curated" and message.curated_id == str(curated.pk)
+    # the turn is in the conversation's running summary, as a generated answer's would be (the next turn plans with it)
+    conversation = await Conversation.objects.aget(pk=summary["conversation_id"])
+    assert conversation.summary.startswith("Q: can i bring a calculator to the exam A: Write to the exam office")
 
     # another question is not given it
     other = (await sse_request(STREAM_CHAT, ask_body("How do I reset my password?"))).events()[-1]

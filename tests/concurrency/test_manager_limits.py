@@ -1,4 +1,5 @@
-"""Bounded waiting (timeout, rejection), resizing, configuration and the helpers around acquire()."""
+"""Checks of arguments and settings, the local permits' deadline timers and resizing under load, and the helpers
+around acquire(). Bounded waiting and limits for every source are the ordering suite's (test_permit_ordering.py)."""
 
 from __future__ import annotations
 
@@ -75,51 +76,12 @@ def test_configure_applies_a_whole_settings_object() -> None:
     assert s["backends"]["embedding"]["limit"] == 16
 
 
-async def test_acquire_timeout_raises_busy_timeout_and_counts_it() -> None:
-    m = LLMConcurrencyManager({"b": 1}, acquire_timeout=0.02)
-    holder = await hold(m)
-    err = await busy_from(m)
-    assert (err.backend, err.reason) == ("b", "timeout")
-    assert err.retry_after >= 1.0
-    assert err.waited >= 0.019
-    assert "'b' is busy" in str(err)
-    assert "retry after" in str(err)
-    s = backend_stats(m)
-    assert (s["total_timeout"], s["waiting"], s["in_progress"]) == (1, 0, 1)
-    await release(holder)
-    assert backend_stats(m)["available"] == 1
-
-
 async def test_per_call_timeout_overrides_the_default() -> None:
     m = LLMConcurrencyManager({"b": 1}, acquire_timeout=30.0)
     holder = await hold(m)
     err = await busy_from(m, 0.01)
     assert err.reason == "timeout" and 0.009 <= err.waited < 1.0
     await release(holder)
-
-
-async def test_zero_timeout_only_takes_a_free_permit() -> None:
-    m = LLMConcurrencyManager({"b": 1})
-    async with m.acquire("b", timeout=0):
-        assert (await busy_from(m, 0)).reason == "timeout"
-    assert backend_stats(m)["total_timeout"] == 1
-
-
-async def test_waiters_past_max_waiters_are_rejected_at_once() -> None:
-    m = LLMConcurrencyManager({"b": 1}, max_waiters=2)
-    holder = await hold(m)
-    waiters = [asyncio.create_task(hold(m)) for _ in range(2)]
-    await settle()
-    err = await busy_from(m)
-    assert err.reason == "rejected"
-    assert err.waiting == 2
-    assert "queue is full" in str(err)
-    s = backend_stats(m)
-    assert (s["total_rejected"], s["waiting"], s["total_timeout"]) == (1, 2, 0)
-    await release(holder)
-    for task in waiters:
-        await release(await asyncio.wait_for(task, BOUND_S))
-    assert backend_stats(m)["in_progress"] == 0
 
 
 async def test_busy_error_pickles_with_its_fields() -> None:
@@ -132,20 +94,6 @@ async def test_busy_error_pickles_with_its_fields() -> None:
         200,
         str(err),
     )
-
-
-async def test_resize_up_wakes_queued_waiters() -> None:
-    m = LLMConcurrencyManager({"b": 1})
-    holder = await hold(m)
-    waiters = [asyncio.create_task(hold(m)) for _ in range(3)]
-    await settle()
-    assert backend_stats(m)["waiting"] == 3
-    m.set_limit("b", 4)
-    permits = await asyncio.wait_for(asyncio.gather(*waiters), BOUND_S)  # all three admitted without any release
-    s = backend_stats(m)
-    assert (s["in_progress"], s["waiting"], s["available"]) == (4, 0, 0)
-    for p in [holder, *permits]:
-        await release(p)
 
 
 async def test_resize_down_under_load_never_admits_past_the_new_limit_and_converges() -> None:
@@ -185,22 +133,6 @@ async def test_set_limit_adds_a_new_backend() -> None:
     m.set_limit("responses", 2)
     async with m.acquire("responses"), m.acquire("responses", timeout=0):
         assert backend_stats(m, "responses")["in_progress"] == 2
-
-
-async def test_completed_calls_count_only_blocks_that_exit_normally() -> None:
-    m = LLMConcurrencyManager({"b": 1})
-    with request_scope("r1") as ctx:
-        async with m.acquire("b"):
-            pass
-        with pytest.raises(RuntimeError):
-            async with m.acquire("b"):
-                raise RuntimeError("LLM call failed")
-        async with m.acquire("b", timeout=0):
-            with pytest.raises(BusyError):
-                async with m.acquire("b", timeout=0):
-                    pass
-        assert ctx.completed_calls == 2
-    assert backend_stats(m)["in_progress"] == 0
 
 
 async def test_acquire_without_request_context_works() -> None:

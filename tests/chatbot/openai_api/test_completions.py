@@ -106,9 +106,9 @@ async def test_earlier_turns_are_the_conversation_and_system_messages_are_ignore
     response = await api_request(COMPLETIONS, body, secret=chat_key.secret)
 
     assert response.status == 200
-    state = opened[0].run.state
-    assert state.question == "And if my account is locked?"
-    assert [(t.role, t.content) for t in state.history] == [
+    asked = opened[0].ask
+    assert asked.question == "And if my account is locked?"
+    assert [(t.role, t.content) for t in asked.history or ()] == [
         ("user", "How do I reset my password?"),
         ("assistant", "Use the reset link [1]."),
     ]

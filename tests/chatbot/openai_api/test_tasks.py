@@ -13,7 +13,7 @@ from chatbot.openai_api.tasks import FOLLOW_UPS, OPEN_WEBUI, TAGS, TITLE, Client
 from rag.llm.errors import InvalidLLMOutput
 from rag.llm.policy import SlotTerms
 from rag.llm.types import LLMResult
-from rag.state import Turn, Usage
+from rag.values import Turn, Usage
 
 FIXTURES = Path(__file__).parent / "fixtures" / "open_webui"
 
