@@ -27,7 +27,7 @@ def llm_simulator(
 ) -> Iterator[SimulatorProcess]:
     """The simulator streaming `output_tokens` tokens `tpot_ms` apart, whatever the batch (no slowdown): `shared` (a
     test's `suite_simulator`) configured so, else a process of its own (the scripts')."""
-    flags = {
+    flags: dict[str, Any] = {
         "tpot_ms": tpot_ms,
         "ttft_ms": 20,
         "output_tokens": output_tokens,
