@@ -16,9 +16,29 @@ from scripts import bench_streaming_load as bench
 from scripts.cluster import WorkerProcess
 
 
-def test_ports_come_from_the_range_skipping_taken_and_busy_ones() -> None:
-    with socket.socket() as busy:
+def _bound_with_two_free_after() -> socket.socket:
+    """A socket bound to a port P whose next two ports were free a moment ago (another process on a busy machine
+    may hold any ephemeral port: checked by binding them, then let go just before the test uses them)."""
+    for _ in range(50):
+        busy = socket.socket()
         busy.bind(("127.0.0.1", 0))
+        port = busy.getsockname()[1]
+        probes = [socket.socket(), socket.socket()]
+        try:
+            for offset, probe in enumerate(probes, start=1):
+                probe.bind(("127.0.0.1", port + offset))
+        except OSError:
+            busy.close()
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+        return busy
+    raise RuntimeError("no port with two free ports after it")
+
+
+def test_ports_come_from_the_range_skipping_taken_and_busy_ones() -> None:
+    with _bound_with_two_free_after() as busy:
         port = busy.getsockname()[1]
         taken: set[int] = set()
         first = bench.port_in_range(port, 3, taken)  # `port` itself is bound: the next one
