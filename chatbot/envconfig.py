@@ -6,6 +6,7 @@ which variable is wrong and why, so a bad deployment stops at start-up instead o
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any, TypeVar
@@ -138,9 +139,17 @@ def secret_key_from_env(name: str, *, key_file: Path) -> str:
             raise _fail(name, "***", "must be at least 32 characters")
         return raw
     key_file.parent.mkdir(parents=True, exist_ok=True)
-    if key_file.exists():
-        return key_file.read_text().strip()
-    key = secrets.token_urlsafe(50)
-    key_file.write_text(key)
-    key_file.chmod(0o600)
-    return key
+    if key_file.exists() and (existing := key_file.read_text().strip()):
+        return existing
+    # Written whole under another name, then linked into place only if absent: two workers starting together
+    # (one wrote the file, the other read it still empty) both end with the one key that won.
+    draft = key_file.with_name(f".{key_file.name}.{os.getpid()}")
+    draft.write_text(secrets.token_urlsafe(50))
+    draft.chmod(0o600)
+    try:
+        os.link(draft, key_file)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    return key_file.read_text().strip()
