@@ -1,5 +1,5 @@
 from rag.rules import followup
-from rag.rules.transforms import previous_question, split_answer, transform_previous_answer
+from rag.rules.transforms import Transformed, previous_question, split_answer, transform_previous_answer
 from rag.state import Turn
 
 PREVIOUS = (
@@ -75,6 +75,13 @@ def test_a_source_line_without_a_url_is_read_back():
     assert [(s.ref, s.title, s.url) for s in sources] == [(1, "Library opening hours", "")]
 
 
+async def shortened(previous: str, *, question: str = "") -> Transformed:
+    """The previous English answer made shorter, as the node asks (400 characters at most, half of it)."""
+    return await transform_previous_answer(
+        previous, followup.SHORTEN, language="en", summary_chars=200, shorten_chars=400, previous_question=question
+    )
+
+
 async def test_shorten_keeps_the_sentence_that_answered_the_question_wherever_it_stood():
     # The previous answer answered "How long is the reset link valid?"; its answer is its last sentence.
     previous = (
@@ -83,22 +90,13 @@ async def test_shorten_keeps_the_sentence_that_answered_the_question_wherever_it
         "The link is valid for 30 minutes and can be used only once [1].\n\n"
         "Sources:\n[1] How do I reset my password (https://help.example/en/password-reset)"
     )
-    result = await transform_previous_answer(
-        previous,
-        followup.SHORTEN,
-        language="en",
-        summary_chars=200,
-        shorten_chars=400,
-        previous_question="How long is the reset link valid?",
-    )
+    result = await shortened(previous, question="How long is the reset link valid?")
     body, _ = split_answer(result.text)
     assert "valid for 30 minutes" in body
     assert len(body) <= len(split_answer(previous)[0]) // 2
     assert [s.ref for s in result.sources] == [1]
     # Without the question, the start of the answer, as before.
-    blind = await transform_previous_answer(
-        previous, followup.SHORTEN, language="en", summary_chars=200, shorten_chars=400
-    )
+    blind = await shortened(previous)
     assert split_answer(blind.text)[0].startswith("If you have forgotten your password")
 
 
@@ -119,12 +117,5 @@ async def test_a_question_asking_how_long_keeps_the_sentence_with_the_amount():
         "Select Send reset link [1]. The link is valid for 30 minutes and can be used only once [1]. "
         "At least 12 characters long [1].\n\nSources:\n[1] How do I reset my password (https://help.example/en/reset)"
     )
-    result = await transform_previous_answer(
-        previous,
-        followup.SHORTEN,
-        language="en",
-        summary_chars=200,
-        shorten_chars=400,
-        previous_question="How long is the reset link valid?",
-    )
+    result = await shortened(previous, question="How long is the reset link valid?")
     assert split_answer(result.text)[0] == "The link is valid for 30 minutes and can be used only once [1]."
