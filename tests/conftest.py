@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
 
+from tests.ask_workers import ask_workers  # noqa: F401 - the shared pair of answering workers, used by name
 from tests.llm_simulator import suite_simulator  # noqa: F401 - the run's one LLM simulator, used by name
 
 

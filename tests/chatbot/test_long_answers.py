@@ -1,8 +1,9 @@
 """An answer streaming for more than 30 s arrives whole over SSE and over WebSocket with the channel layer on Redis.
 
-Through a real daphne worker and the LLM simulator: every event (seq 1..n, no gap) and exactly one terminal event,
-a `meta_summary`. Runs in the suite's Redis run (`REDIS_URL=redis://127.0.0.1:6379/<db> pytest ...`); without
-`REDIS_URL` it skips, as the in-memory layer has no socket to time out.
+Through a real daphne worker (the suite's shared pair, `tests.ask_workers`) and the LLM simulator: every event
+(seq 1..n, no gap) and exactly one terminal event, a `meta_summary`. Runs in the suite's Redis run
+(`REDIS_URL=redis://127.0.0.1:6379/<db> pytest ...`); without `REDIS_URL` it skips, as the in-memory layer has no
+socket to time out.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from devtools.simulator.testing import SimulatorProcess
-from tests.answer_worker import answer_worker_env, llm_simulator
+from tests.answer_worker import llm_simulator
+from tests.ask_workers import AskWorkers
 from tests.daphne_workers import Worker
 from tests.stream_clients import Answer, asse_ask, ws_ask
 
@@ -31,19 +32,11 @@ TPOT_MS = 150.0
 
 
 @pytest.fixture(scope="module")
-def worker(suite_simulator: SimulatorProcess) -> Iterator[Worker]:
+def worker(ask_workers: AskWorkers) -> Iterator[Worker]:
     # The answer's own tokens alone last ANSWER_SECONDS (the pipeline's other model calls come on top).
     tokens = int(ANSWER_SECONDS * 1000 / TPOT_MS) + 1
-    with (
-        llm_simulator(tpot_ms=TPOT_MS, output_tokens=tokens, shared=suite_simulator) as simulator,
-        answer_worker_env(simulator.base_url, redis_url=REDIS_URL, label="long-answers") as env,
-    ):
-        worker = Worker(env)
-        try:
-            worker.wait_ready()
-            yield worker
-        finally:
-            worker.stop()
+    with llm_simulator(tpot_ms=TPOT_MS, output_tokens=tokens, shared=ask_workers.simulator):
+        yield ask_workers.workers[0]
 
 
 async def timed(url: str, transport: str) -> tuple[Answer, float]:

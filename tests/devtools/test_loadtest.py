@@ -1,11 +1,11 @@
-"""`manage.py loadtest` against a real daphne worker answering through the LLM simulator: closed and open loop,
-SSE and WebSocket, the simulator's metrics sampled, the JSON and the plot written, bad options named."""
+"""`manage.py loadtest` against a real daphne worker (the suite's shared pair, `tests.ask_workers`) answering
+through the LLM simulator: closed and open loop, SSE and WebSocket, the simulator's metrics sampled, the JSON and
+the plot written, bad options named."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
@@ -16,25 +16,17 @@ from django.core.management import CommandError, call_command
 
 from devtools.loadtest.driver import LoadConfig, parse_gauge, run_load
 from devtools.loadtest.report import summary
-from devtools.simulator.testing import SimulatorProcess
-from tests.answer_worker import answer_worker_env, llm_simulator
+from tests.answer_worker import llm_simulator
+from tests.ask_workers import AskWorkers
 from tests.daphne_workers import Worker
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def deployment(suite_simulator: SimulatorProcess) -> Iterator[tuple[Worker, str]]:
-    with (
-        llm_simulator(tpot_ms=10, output_tokens=20, max_num_seqs=4, shared=suite_simulator) as simulator,
-        answer_worker_env(simulator.base_url, redis_url=os.environ.get("REDIS_URL", ""), label="loadtest") as env,
-    ):
-        worker = Worker(env)
-        try:
-            worker.wait_ready()
-            yield worker, simulator.root_url + "/metrics"
-        finally:
-            worker.stop()
+def deployment(ask_workers: AskWorkers) -> Iterator[tuple[Worker, str]]:
+    with llm_simulator(tpot_ms=10, output_tokens=20, max_num_seqs=4, shared=ask_workers.simulator) as simulator:
+        yield ask_workers.workers[0], simulator.root_url + "/metrics"
 
 
 @pytest.mark.parametrize("transport", ["sse", "ws"])

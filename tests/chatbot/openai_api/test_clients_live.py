@@ -1,15 +1,15 @@
-"""Real OpenAI clients against a real daphne worker (offline answers, `PUBLIC_BASE_URL` set): Open WebUI's recorded
-request bodies replayed over HTTP, LangChain's `ChatOpenAI` and LiteLLM's `completion(api_base=...)`.
+"""Real OpenAI clients against a real daphne worker (the suite's shared pair, `tests.ask_workers`: answers through
+the LLM simulator, `PUBLIC_BASE_URL` set): Open WebUI's recorded request bodies replayed over HTTP, LangChain's
+`ChatOpenAI` and LiteLLM's `completion(api_base=...)`.
 
-The `openai` SDK's own tests are `test_sdk_live.py`; these are the clients people build on it.
+The `openai` SDK's own tests are `test_sdk_live.py`; these are the clients people build on it. What the offline
+rules make of the same bodies (More Concise keeping the sentence that answered) is `test_client_tasks.py`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.daphne_workers import Worker, manage, running_workers, worker_env
+from devtools.simulator.testing import SimulatorProcess
+from tests.ask_workers import PUBLIC_BASE_URL, AskWorkers
+from tests.daphne_workers import Worker, manage
+from tests.llm_simulator import simulator_view
 
 pytestmark = pytest.mark.slow
 
 FIXTURES = Path(__file__).parent / "fixtures" / "open_webui"
-PUBLIC = "https://help.example.org"
+PUBLIC = PUBLIC_BASE_URL
 QUESTION = "How do I reset my password?"
 
 # LiteLLM reads its model price list from the network at import unless told to use its own copy.
@@ -49,14 +52,14 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment() -> Iterator[Deployment]:
-    with contextlib.ExitStack() as stack:
-        env = stack.enter_context(
-            worker_env("openai-clients", redis_url=os.environ.get("REDIS_URL", ""), PUBLIC_BASE_URL=PUBLIC)
-        )
-        key = manage(env, "apikey", "create", "--name", "clients", "--rate-limit", "0").strip()
-        (worker,) = stack.enter_context(running_workers([env]))
-        yield Deployment(worker=worker, env=env, key=key)
+def deployment(ask_workers: AskWorkers) -> Deployment:
+    return Deployment(worker=ask_workers.workers[0], env=ask_workers.env, key=ask_workers.new_key("--rate-limit", "0"))
+
+
+@pytest.fixture(autouse=True)
+def simulator(ask_workers: AskWorkers) -> SimulatorProcess:
+    """The simulator answering quickly, citing its sources."""
+    return simulator_view(ask_workers.simulator, {"ttft_ms": 5, "tpot_ms": 1, "output_tokens": 40})
 
 
 def fixture(name: str) -> dict[str, Any]:
@@ -91,7 +94,7 @@ def test_open_webui_requests_replayed_over_http(deployment: Deployment) -> None:
     contents = [json.loads(t["choices"][0]["message"]["content"]) for t in titles]
     assert contents[0] == {"title": "Reset my password"}
     assert contents[1]["tags"] and contents[2]["follow_ups"]
-    assert 0 < len(shorter) < len(text)
+    assert "[1]" in shorter  # the model rewrote the previous answer with its sources (the simulator: not shorter)
     # the three questions are recorded; the three tasks are not
     assert deployment.conversations() - before == 3
 

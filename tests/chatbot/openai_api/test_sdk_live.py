@@ -1,19 +1,16 @@
 """The official `openai` SDK, sync and async, streaming and not, against two real daphne workers answering through
 the LLM simulator: what any OpenAI client sees, keys included.
 
-The workers share one database (and Redis when the suite runs with `REDIS_URL`), have one chat slot each and no
-wait queue (`LLM_MAX_CONCURRENT_CHAT=1`, `LLM_MAX_WAITERS=0`), so a second question while one answer holds the
-slot is refused at once.
+The workers are the suite's shared pair (`tests.ask_workers`: one database, and Redis when the suite runs with
+`REDIS_URL`). The busy-server test gives them one chat slot and no wait queue through the live settings, so a
+second question while one answer holds the slot is refused at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -21,7 +18,8 @@ import openai
 import pytest
 
 from devtools.simulator.testing import SimulatorProcess
-from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
+from tests.ask_workers import AskWorkers
+from tests.daphne_workers import Worker, poll
 from tests.llm_simulator import simulator_view
 
 pytestmark = pytest.mark.slow
@@ -33,7 +31,7 @@ STATUS = "/api/v1/admin/concurrency/status"
 @dataclass
 class Deployment:
     workers: tuple[Worker, ...]
-    env: dict[str, str]
+    shared: AskWorkers
     sim: SimulatorProcess
     key: str  # chat and admin-read
 
@@ -47,7 +45,7 @@ class Deployment:
         return openai.AsyncOpenAI(base_url=self.workers[worker].url + "/v1", api_key=self.key, max_retries=0)
 
     def new_key(self, *flags: str) -> str:
-        return manage(self.env, "apikey", "create", "--name", "live test", *flags).strip()
+        return self.shared.new_key(*flags)
 
     def chat_in_progress(self, worker: int = 0) -> int:
         headers = {"Authorization": f"Bearer {self.key}"}
@@ -56,25 +54,11 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(suite_simulator: SimulatorProcess) -> Iterator[Deployment]:
+def deployment(ask_workers: AskWorkers) -> Deployment:
     flags = {"ttft_ms": 5, "tpot_ms": 2, "output_tokens": 40, "reasoning_tokens": 4, "max_num_seqs": 8}
-    sim = simulator_view(suite_simulator, flags)  # for the module: its tests keep the counters and faults they leave
-    with contextlib.ExitStack() as stack:
-        env = stack.enter_context(
-            worker_env(
-                "openai-live",
-                llm_base_url=sim.base_url,
-                redis_url=os.environ.get("REDIS_URL", ""),
-                LLM_MAX_CONCURRENT_CHAT="1",
-                LLM_MAX_WAITERS="0",
-                RAG_SEMANTIC_CACHE_ENABLED="false",
-                # degraded answers on, as by default: the API still answers a refusal with the error
-                RAG_DEGRADED_ANSWERS="true",
-            )
-        )
-        key = manage(env, "apikey", "create", "--name", "tests", "--scopes", "chat,admin-read", "--rate-limit", "0")
-        workers = stack.enter_context(running_workers([env, env]))
-        yield Deployment(workers=workers, env=env, sim=sim, key=key.strip())
+    sim = simulator_view(ask_workers.simulator, flags)  # for the module: its tests keep the counters and faults
+    key = ask_workers.new_key("--scopes", "chat,admin-read", "--rate-limit", "0")
+    return Deployment(workers=ask_workers.workers, shared=ask_workers, sim=sim, key=key)
 
 
 def test_models_lists_each_backend(deployment: Deployment) -> None:
@@ -156,6 +140,11 @@ async def test_a_busy_server_raises_rate_limit_error_with_retry_after_and_a_disc
     deployment: Deployment,
 ) -> None:
     await deployment.sim.afaults(fail_next=["ok", "stall:8:30"])  # the plan, then an answer that stalls
+    with deployment.shared.settings(limits={"chat": 1}, max_waiters=0):  # one chat slot, no queue
+        await held_slot_refuses_the_next_question(deployment)
+
+
+async def held_slot_refuses_the_next_question(deployment: Deployment) -> None:
     body = {"model": "chat", "messages": [{"role": "user", "content": QUESTION}], "stream": True}
     headers = {"Authorization": f"Bearer {deployment.key}"}
     client = deployment.async_client()
@@ -194,13 +183,13 @@ def test_a_revoked_key_stops_at_once_on_every_worker_and_its_usage_was_counted(d
         deployment.client(worker, key=key).chat.completions.create(
             model="chat", messages=[{"role": "user", "content": QUESTION}]
         )
-    row = next(line for line in manage(deployment.env, "apikey", "list").splitlines() if line.startswith(prefix))
+    row = next(line for line in deployment.shared.manage("apikey", "list").splitlines() if line.startswith(prefix))
     counters = re.search(r"(\d+)\s+(\d+)\s+active", row)
     assert counters, row
     requests, tokens = int(counters[1]), int(counters[2])
     assert requests == 2 and tokens > 0
 
-    manage(deployment.env, "apikey", "revoke", prefix)
+    deployment.shared.manage("apikey", "revoke", prefix)
     for worker in (0, 1):
         with pytest.raises(openai.AuthenticationError) as raised:
             deployment.client(worker, key=key).models.list()
