@@ -18,7 +18,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from rag.semcache.cache import active_cache
+from rag.semcache.active import active_cache
 from rag.semcache.models import CacheEntry
 from rag.semcache.selectors import cache_entries_summary_get
 from rag.semcache.services import cache_entries_delete, cache_entries_delete_all

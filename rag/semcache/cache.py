@@ -48,6 +48,7 @@ from infra.writer_thread import WriterThread
 from rag.retrieval.embedding import AsyncEmbedder, Embedder
 from rag.retrieval.store import IndexVersion
 from rag.rules.terms import strip_question_words
+from rag.semcache.active import activate, deactivate
 from rag.semcache.db_index import DatabaseCacheIndex
 from rag.semcache.guard import DEFAULT_KEY_TERMS, REASONS, KeyTerms, disagreement, features, question_normalize
 from rag.semcache.index import CacheIndex, QdrantCacheIndex
@@ -580,30 +581,6 @@ def _payload(entry: Any) -> dict[str, Any]:
         "answer": entry.answer,
         "sources": entry.sources,
     }
-
-
-# --- the process's cache -----------------------------------------------------------------------------------------
-
-_active: SemanticCache | None = None
-_active_lock = threading.Lock()
-
-
-def active_cache() -> SemanticCache | None:
-    """The cache this process's pipeline uses (for the admin and the invalidation hook), if one was built."""
-    return _active
-
-
-def activate(cache: SemanticCache) -> None:
-    global _active
-    with _active_lock:
-        _active = cache
-
-
-def deactivate(cache: SemanticCache) -> None:
-    global _active
-    with _active_lock:
-        if _active is cache:
-            _active = None
 
 
 def build_semantic_cache(

@@ -24,6 +24,7 @@ from django.db.models import F, Q
 
 from infra.changefeed import publish_on_commit
 from rag.models import StoreRevision
+from rag.semcache.active import active_cache
 from rag.semcache.models import CacheEntry, CacheEntryDocument
 from rag.semcache.selectors import cache_entry_ids_citing
 
@@ -191,6 +192,4 @@ def cache_entries_purge(
 
 
 def _active() -> SemanticCache | None:
-    from rag.semcache.cache import active_cache  # cycle: rag.semcache.cache imports this module
-
     return active_cache()
