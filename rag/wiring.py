@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from concurrency.cluster import cluster_manager_install
+from concurrency.cluster import RedisPermits, cluster_manager_install
 from concurrency.live import live_settings_preload, register_stats_provider
 from concurrency.live.apply import on_settings_applied, settings_current
 from concurrency.live.workers import redis_config, worker_id, workers_index_key
@@ -396,11 +396,13 @@ def configure_concurrency_manager() -> Any:
     if settings.REDIS_URL and settings.LLM_CLUSTER_LIMITS:
         url, prefix = redis_config()
         return cluster_manager_install(
-            redis_url=url,
-            prefix=prefix,
-            worker_id=worker_id(),
-            workers_index_key=workers_index_key(prefix),
-            lease_seconds=settings.LLM_PERMIT_LEASE_SECONDS,
+            RedisPermits(
+                redis_url=url,
+                prefix=prefix,
+                worker_id=worker_id(),
+                workers_index_key=workers_index_key(prefix),
+                lease_seconds=settings.LLM_PERMIT_LEASE_SECONDS,
+            )
         )
     return get_manager()
 

@@ -27,7 +27,7 @@ from pathlib import Path
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT_DIR))
 
-from concurrency.cluster import cluster_manager  # noqa: E402
+from concurrency.cluster import RedisPermits, cluster_manager  # noqa: E402
 from concurrency.context import request_scope  # noqa: E402
 
 
@@ -35,9 +35,7 @@ async def worker_calls(args: argparse.Namespace, name: str, prefix: str, seed: i
     rng = random.Random(seed)
     manager = cluster_manager(
         {"chat": args.limit},
-        redis_url=args.redis_url,
-        prefix=prefix,
-        worker_id=name,
+        RedisPermits(redis_url=args.redis_url, prefix=prefix, worker_id=name),
         priority_enabled=args.mode == "priority",
         starvation_threshold=args.starvation,
         acquire_timeout=120.0,

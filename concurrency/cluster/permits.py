@@ -123,6 +123,12 @@ class RedisPermits:
 
     # ------------------------------------------------------------------ configuration
 
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock its leases and waits are measured on (the manager and the fallback keep the same one)."""
+        return self._clock
+
     def set_limit(self, backend: str, limit: int) -> None:
         raised = limit > self._limits.get(backend, limit)
         self._limits[backend] = limit

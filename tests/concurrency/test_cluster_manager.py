@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from concurrency.cluster import FallbackPermits, cluster_manager
+from concurrency.cluster import FallbackPermits, RedisPermits, cluster_manager
 from concurrency.context import request_scope
 from concurrency.errors import BusyError
 from concurrency.manager import LLMConcurrencyManager
@@ -31,9 +31,13 @@ async def managers() -> AsyncIterator[Managers]:
     made: list[LLMConcurrencyManager] = []
     with fresh_prefix(url, "cluster-test") as prefix:
 
-        def make(worker: str, limits: dict[str, int] | None = None, **options: Any) -> LLMConcurrencyManager:
+        def make(
+            worker: str, limits: dict[str, int] | None = None, *, permits: dict[str, Any] | None = None, **options: Any
+        ) -> LLMConcurrencyManager:
+            """A manager (`options` are its own) on `RedisPermits` (`permits`: theirs: leases, refreshes)."""
             options.setdefault("acquire_timeout", 10.0)
-            m = cluster_manager(limits or {"b": 1}, redis_url=url, prefix=prefix, worker_id=worker, **options)
+            redis_permits = RedisPermits(redis_url=url, prefix=prefix, worker_id=worker, **(permits or {}))
+            m = cluster_manager(limits or {"b": 1}, redis_permits, **options)
             made.append(m)
             return m
 
@@ -117,8 +121,8 @@ async def test_priority_and_starvation_boost_hold_across_workers(managers: Manag
 
 
 async def test_a_dead_workers_permit_comes_back_when_its_lease_runs_out(managers: Managers) -> None:
-    dead = managers("dead", lease_seconds=2.5, refresh_interval=1.0)
-    alive = managers("alive", lease_seconds=2.5, refresh_interval=1.0)
+    dead = managers("dead", permits={"lease_seconds": 2.5, "refresh_interval": 1.0})
+    alive = managers("alive", permits={"lease_seconds": 2.5, "refresh_interval": 1.0})
     await hold(dead)
     await dead.aclose()  # the worker stops renewing its lease, as a killed process does, and never gives it back
     started = time.monotonic()
@@ -143,10 +147,11 @@ async def test_the_console_sees_the_cluster_and_each_worker(managers: Managers) 
 async def test_a_redis_outage_falls_back_to_a_share_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
     own = PrivateRedis()
     own.start()
-    m = cluster_manager(
-        {"b": 4}, redis_url=own.url, prefix="outage", worker_id="me", workers_index_key="outage:workers",
-        acquire_timeout=5.0, refresh_interval=0.5, lease_seconds=2.5, op_timeout=0.5,
+    redis_permits = RedisPermits(
+        redis_url=own.url, prefix="outage", worker_id="me", workers_index_key="outage:workers",
+        refresh_interval=0.5, lease_seconds=2.5, op_timeout=0.5,
     )  # fmt: skip
+    m = cluster_manager({"b": 4}, redis_permits, acquire_timeout=5.0)
     permits = fallback(m)
     try:
         presence = redis.Redis.from_url(own.url)

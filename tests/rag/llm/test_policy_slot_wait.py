@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from concurrency.cluster import cluster_manager
+from concurrency.cluster import RedisPermits, cluster_manager
 from concurrency.context import request_scope
 from concurrency.manager import LLMConcurrencyManager, set_manager
 from devtools.simulator.testing import SimulatorProcess
@@ -123,8 +123,8 @@ async def test_with_cluster_wide_permits_a_queued_call_completes_and_an_auxiliar
     url = suite_redis_url()
     with fresh_prefix(url, "policy-slot") as prefix:
         limits = {"default": 1, "chat": 1, "responses": 1, "embedding": 1}
-        a = cluster_manager(limits, redis_url=url, prefix=prefix, worker_id="A", acquire_timeout=5.0)
-        b = cluster_manager(limits, redis_url=url, prefix=prefix, worker_id="B", acquire_timeout=5.0)
+        a = cluster_manager(limits, RedisPermits(redis_url=url, prefix=prefix, worker_id="A"), acquire_timeout=5.0)
+        b = cluster_manager(limits, RedisPermits(redis_url=url, prefix=prefix, worker_id="B"), acquire_timeout=5.0)
         try:
             await sim.afaults(fail_next=["stall:2:0.8", "ok"])  # worker A's answer holds the cluster's only slot
             first = asyncio.create_task(make_backend().stream_text(backend="chat", node="answer", messages=USER))
