@@ -9,7 +9,7 @@ from django.db import DatabaseError
 
 from chatbot.sites.models import Site
 from chatbot.sites.origins import origin_normalise
-from rag.branding.memory import FeedCopy
+from infra.feedcopy import FeedCopy
 
 TOPIC = "sites"
 
