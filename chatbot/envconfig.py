@@ -6,6 +6,7 @@ which variable is wrong and why, so a bad deployment stops at start-up instead o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -149,7 +150,11 @@ def secret_key_from_env(name: str, *, key_file: Path) -> str:
     try:
         os.link(draft, key_file)
     except FileExistsError:
-        pass
+        if not key_file.read_text().strip():
+            # An empty file: an interrupted write of an older version, or a person's `touch`. Never serve with an
+            # empty key: put the new one in its place.
+            os.replace(draft, key_file)
     finally:
-        draft.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            draft.unlink()
     return key_file.read_text().strip()
