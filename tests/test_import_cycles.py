@@ -9,49 +9,17 @@ from __future__ import annotations
 
 import grimp
 
+from rag.engine.graph import cycles
+
 PACKAGES = ("chatbot", "rag", "concurrency", "prompts", "infra", "devtools")
 
 
 def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-    for root in sorted(graph.modules):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            module, imported = work[-1]
-            for other in imported:
-                if other not in index:
-                    index[other] = low[other] = len(index)
-                    stack.append(other)
-                    on_stack.add(other)
-                    work.append((other, iter(sorted(graph.find_modules_directly_imported_by(other)))))
-                    break
-                if other in on_stack:
-                    low[module] = min(low[module], index[other])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[module])
-                if low[module] == index[module]:
-                    group = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        group.append(member)
-                        if member == module:
-                            break
-                    if len(group) > 1:
-                        cycles.append(sorted(group))
-    return cycles
+    """The groups of modules that import each other, through any number of steps (the workflow graph's check). A
+    module importing itself by name is not one: a module run as `__main__` does so to reach its own classes."""
+    modules = sorted(graph.modules)
+    imports = {m: set(graph.find_modules_directly_imported_by(m)) - {m} for m in modules}
+    return cycles(dict.fromkeys(modules, ""), imports)
 
 
 def test_the_product_has_no_import_cycle() -> None:

@@ -134,7 +134,7 @@ def _check_shape(
     for edge in definition.edges:
         if edge.max_visits is None and edge.target != END:
             unbounded[edge.source].add(edge.target)
-    for cycle in _cycles(ids, unbounded):
+    for cycle in cycles(ids, unbounded):
         path = " -> ".join([*cycle, cycle[0]])
         message = f"loop {path} has no bounded edge (set max_visits on one of its edges)"
         add(WorkflowProblem("unbounded_loop", message, cycle[0]))
@@ -228,7 +228,7 @@ def _reach(start: str, successors: dict[str, set[str]]) -> set[str]:
     return seen
 
 
-def _cycles(nodes: dict[str, str], successors: dict[str, set[str]]) -> list[list[str]]:
+def cycles(nodes: dict[str, str], successors: dict[str, set[str]]) -> list[list[str]]:
     """One representative cycle per strongly connected component that has one (iterative Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
