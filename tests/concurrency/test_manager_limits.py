@@ -222,7 +222,8 @@ async def test_deadline_of_a_granted_waiter_does_not_expire_the_next_one() -> No
     await settle()
     await release(holder)
     quick_permit = await asyncio.wait_for(quick, BOUND_S)  # granted before its 0.02 s deadline
-    await asyncio.sleep(0.04)  # the timer armed for `quick` fires now and must leave `slow` alone
+    # A negative check, a fixed sleep: the timer armed for `quick` fires in it and must leave `slow` alone.
+    await asyncio.sleep(0.04)
     s = backend_stats(m)
     assert (s["waiting"], s["total_timeout"]) == (1, 0)
     await release(quick_permit)

@@ -17,6 +17,7 @@ from rag.errors import Busy, UpstreamError, UpstreamTimeout
 from rag.llm import LLMBackend, LLMDelta
 from rag.llm.backends import ChatBackend
 from tests.rag.llm.conftest import USER, AttemptLog, BackendFactory, VirtualTime, on_each_http_client, wait_idle
+from tests.waiting import until_async
 
 
 async def stream_all(backend: LLMBackend, api: ChatBackend = "chat", **kwargs: Any) -> list[LLMDelta]:
@@ -294,8 +295,7 @@ async def test_leaving_mid_stream_closes_the_upstream_request_and_frees_the_slot
     task = asyncio.create_task(consume())
     await asyncio.wait_for(first_deltas.wait(), 5)
     if how == "cancel":
-        await asyncio.sleep(0.1)
-        assert (await sim.astats())["running"] == 1
+        await until_async(sim.astats, lambda stats: stats["running"] == 1)  # the stall: still on its slot upstream
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
