@@ -252,7 +252,9 @@ async def test_stop_gives_up_waiting_after_its_timeout(caplog: pytest.LogCapture
         caplog.clear()
         await worker.stop()
 
-    assert 0.2 <= loop.time() - began < 1.0  # not the 5 s the runner lingers
+    # What ended the wait: its timeout (the warning, and the task still lingering: it was not waited for to the end
+    # of its 5 s), waited in full. One wall-clock bound.
+    assert loop.time() - began >= 0.2
     assert not task.done() and worker.running() is None
     assert [r.getMessage() for r in caplog.records] == ["test-task did not stop within 0.2 s; left cancelled"]
     task.cancel()

@@ -199,10 +199,11 @@ async def test_the_whole_call_deadline_ends_a_call_that_keeps_within_its_other_t
             await stream_all(backend)
         else:
             await backend.complete(backend="chat", node="n", messages=USER)
-    elapsed = time.monotonic() - started
-    assert 1.5 <= elapsed < 10.0  # the 1.5 s deadline ended it, not the 10 s budgets
+    # What ended it: the whole call's deadline (its error and its attempt's outcome), not the 10 s budgets, which
+    # would have ended it as "first_token_timeout" or "stalled". And not before the deadline: one wall-clock bound.
     assert info.value.code == "timeout"
     assert attempts.outcomes == ["deadline"] and await upstream_attempts(sim) == 1
+    assert time.monotonic() - started >= 1.5
     assert (await wait_idle(sim))["aborted"] == 1  # the abandoned request was closed upstream
 
 
@@ -225,9 +226,11 @@ async def test_a_connect_timeout_is_retried_then_one_timeout(
     started = time.monotonic()
     with pytest.raises(UpstreamTimeout, match="request timed out, 2 attempt") as info:
         await stream_all(backend)
+    # What ended it: two connect timeouts (outcome "timeout"; the 5 s first-token budget would say
+    # "first_token_timeout"), each waited in full: one wall-clock bound.
     assert info.value.code == "timeout"
     assert attempts.outcomes == ["timeout", "timeout"]
-    assert 0.6 <= time.monotonic() - started < 3.0  # two connect timeouts, not the 5 s first-token budget
+    assert time.monotonic() - started >= 0.6
 
 
 class HeldSleep(VirtualTime):
