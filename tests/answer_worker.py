@@ -15,10 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, manage, worker_env
 from tests.llm_simulator import simulator_view
 from tests.stream_clients import Answer, asse_ask, ws_ask
+from tests.waiting import until, until_async
 
 
 @contextlib.contextmanager
@@ -118,7 +121,7 @@ async def streams_through_sigterm(
     signalled = time.monotonic()
     worker.process.send_signal(signal.SIGTERM)
     exited = asyncio.ensure_future(_exit_time(worker, signalled, exit_within))
-    await asyncio.sleep(0.2)  # the loop takes the signal between two steps
+    await until_async(lambda: _draining(worker), within=10.0)  # its loop takes the signal between two steps
     try:
         refused_sse = await asse_ask(worker.url, question, read_seconds=10)
     except Exception as exc:
@@ -129,12 +132,22 @@ async def streams_through_sigterm(
     return SigtermRun(answers, refused_sse, refused_ws, exit_seconds, worker.process.poll())
 
 
+async def _draining(worker: Worker) -> bool:
+    """Whether the worker says it drains (its readiness fails on `lifecycle`), or has stopped answering at all."""
+    try:
+        async with httpx.AsyncClient(base_url=worker.url, timeout=5.0) as client:
+            response = await client.get("/api/v1/ready")
+    except httpx.TransportError:
+        return worker.process.poll() is not None
+    return response.status_code == 503 and response.json()["checks"]["lifecycle"]["ok"] is False
+
+
 async def _exit_time(worker: Worker, signalled: float, within: float) -> float | None:
-    while time.monotonic() - signalled < within:
-        if worker.process.poll() is not None:
-            return time.monotonic() - signalled
-        await asyncio.sleep(0.02)
-    return None
+    try:
+        await until(lambda: worker.process.poll() is not None, within=signalled + within - time.monotonic())
+    except AssertionError:
+        return None
+    return time.monotonic() - signalled
 
 
 def recorded_exchanges(env: dict[str, str], request_ids: list[str]) -> dict[str, str]:

@@ -15,25 +15,23 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
 
 from devtools.simulator.testing import free_port
+from tests.waiting import poll  # also imported from here by tests/chatbot/openai_api/test_sdk_live.py
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 ASGI_APP = "chatbot.asgi:application"
 DEMO = PROJECT_DIR / "rag" / "corpus" / "demo"
 SQLITE = "db.sqlite3"  # the database file in DATA_DIR when DATABASE_URL is empty (chatbot.settings)
-
-T = TypeVar("T")
 
 
 class Worker:
@@ -49,17 +47,16 @@ class Worker:
         self.http = httpx.Client(base_url=self.url, timeout=5.0)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def state() -> str:
             if self.process.poll() is not None:
-                break
+                return "exited"
             try:
-                if self.http.get("/admin/login/").status_code == 200:
-                    return
+                return "ready" if self.http.get("/admin/login/").status_code == 200 else ""
             except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"daphne on port {self.port} did not start:\n{self.output()}")
+                return ""
+
+        if poll(state, within=timeout, interval=0.1) != "ready":
+            pytest.fail(f"daphne on port {self.port} did not start:\n{self.output()}")
 
     def login(self, username: str, password: str) -> None:
         """Through the admin's login form, as a person would (`self.http` then carries the session)."""
@@ -306,15 +303,3 @@ def manage(env: dict[str, str], *command: str, timeout: float = 120.0) -> str:
     if done.returncode != 0:
         pytest.fail(f"manage.py {' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return done.stdout
-
-
-def poll(check: Callable[[], T], within: float, interval: float = 0.02) -> T:
-    """`check()` until it is truthy or `within` seconds passed; its last result either way."""
-    deadline = time.monotonic() + within
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            return result
-        time.sleep(interval)

@@ -11,7 +11,6 @@ test's view undoes it. A test that kills or stops a simulator, or needs a start-
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 
 from devtools.simulator.config import FaultConfig
 from devtools.simulator.testing import SimulatorProcess
+from tests.waiting import wait_for
 
 # Flags that are faults (``POST /admin/faults``); the others are configuration (``POST /admin/config``).
 FAULT_FIELDS = frozenset(field.name for field in dataclasses.fields(FaultConfig))
@@ -47,8 +47,9 @@ def simulator_view(simulator: SimulatorProcess, flags: dict[str, Any]) -> Simula
 
 def _wait_idle(simulator: SimulatorProcess, within: float = 5.0) -> None:
     """Requests an earlier test left running would hold slots of this one: wait for them to end, or fail."""
-    deadline = time.monotonic() + within
-    while (stats := simulator.stats())["running"] or stats["waiting"]:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the LLM simulator is still busy with an earlier test's requests: {stats}")
-        time.sleep(0.02)
+    wait_for(
+        simulator.stats,
+        lambda stats: stats["running"] == stats["waiting"] == 0,
+        within=within,
+        note="the LLM simulator is still busy with an earlier test's requests",
+    )

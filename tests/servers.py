@@ -11,12 +11,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from devtools.simulator.testing import free_port
+from tests.waiting import wait_for
 
 POSTGRES_BINS = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
 
@@ -28,11 +28,7 @@ def _listening(port: int) -> bool:
 
 
 def _wait_listening(port: int, up: bool, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while _listening(port) != up:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"port {port} still {'closed' if up else 'open'} after {within:g} s")
-        time.sleep(0.05)
+    wait_for(lambda: _listening(port) == up, within=within, interval=0.05, note=f"port {port}: listening is not {up}")
 
 
 class PrivateRedis:

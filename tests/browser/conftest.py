@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
+
+from tests.waiting import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
@@ -166,11 +167,9 @@ def chat_server(chat_server_env: dict[str, str]) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         # Start-up loads the index replica and the settings: on a loaded shared machine that takes tens of seconds.
-        deadline = time.monotonic() + 120
-        while not _server_answers(url):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"daphne did not start; see {data_dir / 'daphne.log'}")
-            time.sleep(0.1)
+        answering = poll(lambda: server.poll() is not None or _server_answers(url), within=120, interval=0.1)
+        if not answering or server.poll() is not None:
+            raise RuntimeError(f"daphne did not start; see {data_dir / 'daphne.log'}")
         yield url
     finally:
         server.terminate()

@@ -180,6 +180,7 @@ def test_offline_and_back_resumes_over_websocket(page: Any, slow_answers: Any) -
     page.locator("html[data-notice-shown]").wait_for(state="attached", timeout=ANSWER_TIMEOUT_MS)
     assert "reconnecting" in page.evaluate("window.__noticesShown[0]").lower()
     page.context.set_offline(True)
+    # A fixed wait, kept: an outage of some length is what is tested, and nothing on the page marks its middle.
     page.wait_for_timeout(700)
     page.context.set_offline(False)
     wait_answered(answer)

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from devtools.simulator.testing import SimulatorProcess
 from rag.server_address import SERVER_FILE, server_address
 from tests.devtools.simulator.fixtures import wait_idle_blocking
 from tests.rag.pipeline.conftest import pipeline_simulator  # noqa: F401 - fixture, used by name
+from tests.waiting import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 CLOSED_PORT_URL = "http://127.0.0.1:9"  # discard port: nothing of ours answers there
@@ -200,11 +200,10 @@ def live_server_url(live_server_env: dict[str, str]) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 15
-        while not ask_command.server_answers(url):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"daphne did not start: {server.stderr.read().decode() if server.stderr else ''}")
-            time.sleep(0.1)
+        if not poll(lambda: server.poll() is not None or ask_command.server_answers(url), within=15, interval=0.1):
+            raise RuntimeError("daphne did not start within 15 s")
+        if server.poll() is not None:
+            raise RuntimeError(f"daphne did not start: {server.stderr.read().decode() if server.stderr else ''}")
         yield url
     finally:
         server.terminate()

@@ -39,6 +39,7 @@ from tests.chatbot.helpers import (
     ws_communicator,
     ws_events,
 )
+from tests.waiting import until, until_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,8 +159,7 @@ async def test_sse_cancel_reaches_an_answer_running_in_another_worker(
     stream = runner.registry.local(request_id)
     assert stream is not None
     await stream.wait()
-    await asyncio.sleep(0.05)  # the listener leaves the group right after the terminal event
-    assert cancel.run_group(request_id) not in layer.groups
+    await until(lambda: cancel.run_group(request_id) not in layer.groups)  # the listener leaves right after the end
     assert_not_found(await cancel_request(request_id, cookie), request_id)
 
 
@@ -175,7 +175,7 @@ async def test_a_cancel_after_the_connection_closed_stops_a_continue_answer(
     await communicator.send_input({"type": "http.disconnect"})
     await communicator.wait(timeout=1)
     run = opened_exchanges[0].run
-    await run.wait(0.2)
+    await run.wait(0.2)  # a negative check, a fixed wait: the answer does not end within it
     assert not run.done, "a `continue` answer outlives its connection"
 
     act_as(other)
@@ -200,8 +200,7 @@ async def test_a_finished_answer_leaves_its_group_and_cannot_be_cancelled(
     answered = await sse_request(STREAM_CHAT, ask_body(QUESTION), headers=[JSON_CONTENT, cookie])
     request_id = answered.events()[0]["request_id"]
     assert answered.events()[-1]["channel"] == "meta_summary"
-    await asyncio.sleep(0.05)
-    assert cancel.run_group(request_id) not in layer.groups
+    await until(lambda: cancel.run_group(request_id) not in layer.groups)
 
     # Neither the worker that ran it nor another one has a run to stop.
     assert_not_found(await cancel_request(request_id, cookie), request_id)
@@ -265,8 +264,7 @@ async def test_sse_cancel_crosses_workers_through_redis(
     await run.wait(1.0)
     assert run.terminal is not None and run.terminal["code"] == "cancelled"
 
-    await asyncio.sleep(0.1)  # the listener leaves the group right after the terminal event
-    assert await redis.zcard(group_key) == 0
+    await until_async(lambda: redis.zcard(group_key), lambda members: members == 0)  # it leaves right after the end
     assert_not_found(await cancel_request(request_id, cookie), request_id)
     await redis.aclose()
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
+from tests.daphne_workers import Worker, manage, running_workers, worker_env
 from tests.stream_clients import sse_summary
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +47,7 @@ def test_a_curated_answer_reaches_both_workers_and_retires_the_cached_one(cluste
     question = "How do I download my certificate?"
     assert ask(first, question)["outcome"] == "answered"
     # cached by the first worker, a hit on the second
-    assert poll(lambda: ask(second, question)["cached"], within=5.0, interval=0.2)
+    wait_for(lambda: ask(second, question)["cached"], within=5.0, interval=0.2)
 
     answer = "Open My learning, choose the course and press Download certificate."
     output = manage(
@@ -58,16 +59,15 @@ def test_a_curated_answer_reaches_both_workers_and_retires_the_cached_one(cluste
     paraphrase = "how do i download my certificate"
     for worker in (first, second):
 
-        def curated(worker: Worker = worker) -> dict[str, Any] | None:
+        def curated(worker: Worker = worker) -> dict[str, Any]:
             terminal = ask(worker, paraphrase)
-            return terminal if terminal["curated"] else None
+            return terminal if terminal["curated"] else {}
 
-        got = poll(curated, within=2.0, interval=0.1)
-        assert got, f"{worker.url} did not serve the curated answer within 2 s"
+        got = wait_for(curated, within=2.0, interval=0.1, note=f"{worker.url} did not serve the curated answer")
         assert got["outcome"] == "curated" and got["cached"] is False
         assert got["text"].startswith(answer) and "https://help.example/certificates" in got["text"]
     # the hits counted on both workers reach the row (each worker writes its own within a second)
-    assert poll(lambda: "hits=2" in manage(env, "curated", "list"), within=5.0, interval=0.5)
+    wait_for(lambda: "hits=2" in manage(env, "curated", "list"), within=5.0, interval=0.5)
     # and the answer cached before is gone: the curated one covers its question now
     assert cache_rows(env, question) == 0
 

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.daphne_workers import Worker, manage, poll, running_workers
+from tests.daphne_workers import Worker, manage, running_workers
 from tests.servers import PrivatePostgres, PrivateRedis
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,18 +73,18 @@ def test_ready_names_redis_while_it_is_down_and_recovers(
     worker: Worker, servers: tuple[PrivateRedis, PrivatePostgres]
 ) -> None:
     redis, _ = servers
-    assert poll(lambda: ready(worker)[0] == 200, within=20.0, interval=0.2), (ready(worker), worker.output())
+    wait_for(lambda: ready(worker), lambda got: got[0] == 200, within=20.0, interval=0.2, note=worker.output)
     stopped = time.monotonic()
     redis.stop()
     try:
-        down = poll(lambda: failing(worker), within=10.0, interval=0.2)
+        down = wait_for(lambda: failing(worker), within=10.0, interval=0.2)
         noticed = time.monotonic() - stopped
         assert down == ["channel_layer"], (down, ready(worker))
         assert "channel_layer:" in ready(worker)[1]["error"]["message"]
     finally:
         restarted = time.monotonic()
         redis.start()
-    assert poll(lambda: ready(worker)[0] == 200, within=10.0, interval=0.2), ready(worker)
+    wait_for(lambda: ready(worker), lambda got: got[0] == 200, within=10.0, interval=0.2)
     print(f"Redis stopped: 503 {noticed:.1f} s later; restarted: 200 {time.monotonic() - restarted:.1f} s later")
 
 
@@ -91,15 +92,15 @@ def test_ready_names_the_database_while_it_is_down_and_recovers(
     worker: Worker, servers: tuple[PrivateRedis, PrivatePostgres]
 ) -> None:
     _, postgres = servers
-    assert poll(lambda: ready(worker)[0] == 200, within=20.0, interval=0.2), (ready(worker), worker.output())
+    wait_for(lambda: ready(worker), lambda got: got[0] == 200, within=20.0, interval=0.2, note=worker.output)
     stopped = time.monotonic()
     postgres.stop()
     try:
-        down = poll(lambda: failing(worker), within=10.0, interval=0.2)
+        down = wait_for(lambda: failing(worker), within=10.0, interval=0.2)
         noticed = time.monotonic() - stopped
         assert down == ["database"], (down, ready(worker))
     finally:
         restarted = time.monotonic()
         postgres.start()
-    assert poll(lambda: ready(worker)[0] == 200, within=10.0, interval=0.2), ready(worker)
+    wait_for(lambda: ready(worker), lambda got: got[0] == 200, within=10.0, interval=0.2)
     print(f"PostgreSQL stopped: 503 {noticed:.1f} s later; restarted: 200 {time.monotonic() - restarted:.1f} s later")

@@ -16,10 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from devtools.simulator.testing import SimulatorProcess
 from tests.daphne_workers import Worker, running_workers, worker_env
 from tests.llm_simulator import simulator_view
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +53,16 @@ def sse_events(response: httpx.Response) -> Iterator[dict[str, Any]]:
             yield json.loads(line[6:])
 
 
+def last_mirrored_seq(worker: Worker, request_id: str) -> int:
+    """The seq of the last event of the stream in Redis (chatbot.replay.redis_store's list; 0: none yet)."""
+    client = redis.Redis.from_url(worker.env["REDIS_URL"])
+    try:
+        raw = client.lindex(f"{worker.env['REDIS_PREFIX']}:chat:stream:{request_id}", -1)
+    finally:
+        client.close()
+    return 0 if raw is None else int(json.loads(raw)["seq"])
+
+
 def test_a_stream_resumes_on_another_worker_after_its_worker_is_killed(pair: tuple[Worker, Worker]) -> None:
     first, second = pair
     client = httpx.Client(timeout=30.0)  # carries the client cookie from the ask to the resume
@@ -67,8 +79,8 @@ def test_a_stream_resumes_on_another_worker_after_its_worker_is_killed(pair: tup
                 break
     assert before[-1]["channel"] not in TERMINALS
     request_id = before[0]["request_id"]
-    # let the relay copy what was sent to Redis, then kill the worker without a chance to say anything
-    time.sleep(0.5)
+    # once the relay has copied what was sent to Redis, kill the worker without a chance to say anything
+    wait_for(lambda: last_mirrored_seq(first, request_id), lambda seq: seq >= before[-1]["seq"], within=10.0)
     first.process.send_signal(signal.SIGKILL)
     first.process.wait(10)
     killed = time.monotonic()

@@ -22,6 +22,7 @@ from rag.llm.client import aclose_clients
 from rag.wiring import get_runtime, reset_runtime
 from tests.llm_simulator import simulator_view
 from tests.rag.llm.conftest import wait_idle
+from tests.waiting import until_async
 
 # Fast tokens, four reasoning tokens before every answer, answers long enough to cite sources.
 APP_SIM_FLAGS: dict[str, Any] = {
@@ -62,15 +63,14 @@ async def wait_slot_and_upstream_free(
     manager: LLMConcurrencyManager, sim: SimulatorProcess, *, within: float = 1.0
 ) -> dict[str, Any]:
     """The chat backend's stats once no slot is held here and nothing runs upstream; fails after ``within``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        stats = chat_stats(manager)
-        if stats["in_progress"] == 0 and (await sim.astats())["running"] == 0:
-            return stats
-        if loop.time() > deadline:
-            raise AssertionError(f"slot or upstream still busy {within} s later: {stats}, {await sim.astats()}")
-        await asyncio.sleep(0.02)
+
+    async def read() -> tuple[dict[str, Any], dict[str, Any]]:
+        return chat_stats(manager), await sim.astats()
+
+    here, _upstream = await until_async(
+        read, lambda both: both[0]["in_progress"] == 0 and both[1]["running"] == 0, within=within
+    )
+    return here
 
 
 @pytest.fixture(name="llm_app")

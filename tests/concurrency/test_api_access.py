@@ -13,6 +13,7 @@ from concurrency.manager import get_manager
 from concurrency.selectors import auxiliary_skipped_summary, workers_summary
 from infra.access import SCOPE_READ
 from tests.concurrency.manager_helpers import fresh_process_state
+from tests.waiting import until
 
 STATUS = "/api/v1/admin/concurrency/status"
 SUMMARY = "/api/v1/admin/concurrency/summary"
@@ -181,7 +182,7 @@ async def test_queue_heads_show_waiting_requests_with_their_worker(async_client,
                     pass
 
         waiter = asyncio.create_task(wait_in_line())
-        await asyncio.sleep(0.01)
+        await until(lambda: manager.stats()["backends"]["chat"]["waiting"] == 1)
         body = (await async_client.get(PRIORITY, headers={"Authorization": f"Bearer {TOKEN}"})).json()
     await waiter
 

@@ -111,6 +111,7 @@ async def test_priority_and_starvation_boost_hold_across_workers(managers: Manag
     # "old" waits past the threshold; the rest arrive later with more progress, so priority alone would serve them
     # first (most completed calls first), but the boost serves the starved one before them.
     waiting = [await enqueue(b, order, "old", completed=0)]
+    # A fixed sleep, kept: waiting past the threshold (wall time, on Redis's clock) is what is tested.
     await asyncio.sleep(1.1)
     waiting.append(await enqueue(a, order, "one", completed=1))
     waiting.append(await enqueue(b, order, "three", completed=3))
@@ -134,7 +135,8 @@ async def test_a_dead_workers_permit_comes_back_when_its_lease_runs_out(managers
 async def test_the_console_sees_the_cluster_and_each_worker(managers: Managers) -> None:
     a, b = managers("A", {"b": 4}), managers("B", {"b": 4})
     held = [await hold(a), await hold(a), await hold(b)]
-    await asyncio.sleep(1.2)  # one lease refresh
+    # until a lease refresh brought the cluster's view (every second)
+    await until(lambda: b.stats()["cluster"]["backends"]["b"]["by_worker"] == {"A": 2, "B": 1})
     cluster = b.stats()["cluster"]
     assert cluster["state"] == "redis"
     assert cluster["backends"]["b"]["in_progress"] == 3

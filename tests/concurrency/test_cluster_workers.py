@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -17,12 +18,14 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
+import redis
 
 from devtools.simulator.testing import SimulatorProcess
 from tests import daphne_workers
 from tests.concurrency.cluster_redis import suite_redis_url
 from tests.daphne_workers import Worker, running_workers
 from tests.llm_simulator import simulator_view
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -158,19 +161,29 @@ def test_two_workers_together_never_exceed_the_capacity(workers: tuple[Worker, .
     assert sampler.max_waiting == 0
 
 
+def queued_on(worker: Worker, env: dict[str, str]) -> int:
+    """The worker's LLM calls waiting in Redis for a cluster permit (their tokens start with its worker id)."""
+    client = redis.Redis.from_url(suite_redis_url(), decode_responses=True)
+    try:
+        prefix = f"{socket.gethostname()}:{worker.process.pid}|"  # infra.identity.worker_id, then the token's own
+        keys = client.scan_iter(f"{env['REDIS_PREFIX']}:llm:*:queue")
+        return sum(str(token).startswith(prefix) for key in keys for token in client.zrange(key, 0, -1))
+    finally:
+        client.close()
+
+
 def test_a_killed_workers_permits_come_back_within_ten_seconds(
-    workers: tuple[Worker, ...], sim: SimulatorProcess
+    workers: tuple[Worker, ...], worker_env: dict[str, str], sim: SimulatorProcess
 ) -> None:
     """Last in this module: it kills one of the two workers."""
     a, b = workers
     with ThreadPoolExecutor(16) as pool, Sampler(sim) as sampler:
         on_b = ask_all(pool, [b] * 8)
-        deadline = time.monotonic() + 30
-        while sampler.max_running < CAPACITY and time.monotonic() < deadline:  # b holds every permit
-            time.sleep(0.05)
-        assert sampler.max_running == CAPACITY
+        wait_for(lambda: sampler.max_running, lambda running: running >= CAPACITY, within=30.0, interval=0.05)
+        assert sampler.max_running == CAPACITY  # b holds every permit
         on_a = ask_all(pool, [a] * 8)
-        time.sleep(0.5)  # a's calls are queued in Redis behind b's
+        # a's calls are queued in Redis behind b's: enough of them to take every permit b's leases give back
+        wait_for(lambda: queued_on(a, worker_env), lambda queued: queued >= CAPACITY, within=30.0, interval=0.05)
         b.process.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         outcomes = served(on_a)

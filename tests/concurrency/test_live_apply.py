@@ -37,7 +37,7 @@ from infra.models import ChangeGeneration
 from infra.worker_tasks import WorkerTasksMiddleware
 from tests.asgi_doubles import receive_unused, send_unused
 from tests.concurrency.manager_helpers import fresh_process_state
-from tests.waiting import until
+from tests.waiting import until, until_async
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 
@@ -326,12 +326,8 @@ async def test_the_worker_publishes_its_stats_with_a_short_ttl_and_leaves_on_sto
     key = f"{redis_prefix}:concurrency:workers:{worker_id()}"
     try:
         worker_stats_start(StatsHeartbeat(redis_url=REDIS_URL, prefix=redis_prefix))
-        for _ in range(100):
-            raw = await client.get(key)
-            if raw is not None:
-                break
-            await asyncio.sleep(0.02)
-        assert raw is not None, "no stats published within 2 s"
+        raw = await until_async(lambda: client.get(key), lambda value: value is not None, within=2.0)
+        assert raw is not None
         published = json.loads(raw)
         assert published["worker_id"] == worker_id()
         assert set(published["manager"]["backends"]) >= {"default", "chat", "responses", "embedding"}

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
+from tests.daphne_workers import Worker, manage, running_workers, worker_env
+from tests.waiting import poll, wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/1"
 API_STATUS = "/api/v1/admin/concurrency/status"
@@ -78,7 +79,7 @@ def test_a_limit_changed_on_one_worker_reaches_both_within_a_second(two_workers)
     def both_listed(worker: Worker) -> bool:
         return len(worker.http.get(API_STATUS).json()["workers"]) == 2
 
-    assert poll(lambda: both_listed(a) and both_listed(b), within=5), "the workers do not see each other"
+    wait_for(lambda: both_listed(a) and both_listed(b), within=5, note="the workers do not see each other")
     before = b.http.get(API_STATUS).json()
     handled_before = {name: settings_handled(worker) for name, worker in (("A", a), ("B", b))}
     new_limit = before["worker"]["manager"]["backends"]["chat"]["limit"] + 5
@@ -117,8 +118,7 @@ def test_a_limit_changed_on_one_worker_reaches_both_within_a_second(two_workers)
         settled = body["summary"]["chat"]["workers"] == 2 and versions == {before["settings"]["version"] + 1}
         return body if settled and body["summary"]["chat"]["limit"] == new_limit else {}
 
-    body = poll(both_at_the_new_limit, within=2.0)
-    assert body, "the two workers' stats never showed the new cluster limit"
+    body = wait_for(both_at_the_new_limit, within=2.0, note="the two workers' stats never showed the new cluster limit")
     assert body["summary"]["chat"]["workers"] == 2
     assert {w["settings_version"] for w in body["workers"]} == {before["settings"]["version"] + 1}
     summary = b.http.get(API_SUMMARY).json()
@@ -139,8 +139,7 @@ def test_the_console_shows_both_workers(two_workers) -> None:
         status = json.loads(match.group(1))
         return {"page": page.text, "status": status} if len(status["workers"]) == 2 else {}
 
-    seen = poll(console_listing_both, within=5)
-    assert seen, "the console of worker A never listed two workers"
+    seen = wait_for(console_listing_both, within=5, note="the console of worker A never listed two workers")
     assert {w["worker_id"] for w in seen["status"]["workers"]} == ids
     assert seen["status"]["summary"]["chat"]["workers"] == 2
     assert '<strong data-cc="workers">2</strong>' in seen["page"]

@@ -147,7 +147,7 @@ async def test_a_publish_in_this_process_is_dispatched_at_once(no_redis) -> None
 
 
 async def test_a_change_by_another_process_arrives_through_the_table(watching) -> None:
-    registry, _watcher = watching
+    registry, watcher = watching
     seen: list[str] = []
     registry.on_change("t.other", lambda topic: seen.append(topic))
     await until(lambda: seen == ["t.other"], within=2)
@@ -156,8 +156,9 @@ async def test_a_change_by_another_process_arrives_through_the_table(watching) -
     await ChangeGeneration.objects.aupdate_or_create(topic="t.other", defaults={"generation": 7})
 
     await until(lambda: seen == ["t.other", "t.other"], within=1)
-    await asyncio.sleep(0.1)  # several reads later: the same generation is not dispatched again
-    assert seen == ["t.other", "t.other"]
+    reads = watcher.table_reads
+    await until(lambda: watcher.table_reads >= reads + 3, within=2)  # several reads later
+    assert seen == ["t.other", "t.other"]  # the same generation is not dispatched again
 
 
 async def test_a_crashing_handler_is_logged_and_the_others_still_run(watching, caplog) -> None:
@@ -191,8 +192,8 @@ async def test_a_failed_handler_runs_again_without_a_new_change(no_redis) -> Non
     watcher = change_watch_start(ChangeWatcher(registry=registry, poll_interval=60, retry_delay=0.05))
     try:
         await until(lambda: len(calls) == 3, within=2)  # once at start, then twice more, nothing published
-        await asyncio.sleep(0.3)
-        assert len(calls) == 3  # it took the change in: no more runs
+        await asyncio.sleep(0.3)  # a negative check, a fixed sleep: no run after the one that took the change in
+        assert len(calls) == 3
         assert watcher is not None and watcher.failures == 2
     finally:
         await change_watch_stop()
@@ -236,7 +237,8 @@ async def test_a_sync_handler_past_its_timeout_is_reported_and_never_runs_twice_
     await until(lambda: watcher.failures >= 1 and running, within=2)
     await asyncio.to_thread(publish, "t.thread")  # arrives while the first run is still in its thread
     await asyncio.to_thread(publish, "t.thread")
-    await asyncio.sleep(0.1)
+    reads = watcher.table_reads
+    await until(lambda: watcher.table_reads >= reads + 2, within=2)  # a read begun after the publishes: seen
     assert watcher.dispatched["t.thread"] == 1
     assert "slow for 't.thread' still runs after 0.05 s" in caplog.text
 
@@ -311,7 +313,7 @@ async def test_with_redis_a_lost_notice_is_caught_by_the_generation_check(redis_
     change_watch_start(watcher)
     try:
         await until(lambda: watcher.listening and seen == ["t.lost"], within=3)
-        await asyncio.sleep(0.3)  # the key was read at least once
+        await until(lambda: watcher._redis.get("t.lost") == 3, within=3)  # the key was read at least once
 
         await asyncio.to_thread(client.incr, feed_key(redis_prefix, "t.lost"))  # bumped, but no notice
 

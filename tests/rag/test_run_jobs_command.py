@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daphne_workers import PROJECT_DIR, manage, poll, worker_env
+from tests.daphne_workers import PROJECT_DIR, manage, worker_env
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ def test_run_jobs_runs_a_queued_reindex_and_stops_on_sigterm(tmp_path: Path) -> 
         )
         try:
             # the command leaves a job to a runner that has beaten its heartbeat; before that it would run it itself
-            assert poll(lambda: runners(env) > 0, within=60.0, interval=0.2)
+            wait_for(lambda: runners(env), within=60.0, interval=0.2)
             output = manage(env, "reindex", timeout=180)
             # the command followed the runner's job rather than building the index itself
             log.seek(0)

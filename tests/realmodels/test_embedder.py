@@ -19,9 +19,10 @@ from rag.llm.client import aclose_clients
 from rag.llm.embedder import OpenAIEmbedder
 from rag.retrieval.prompts import EmbeddingPrompts
 from scripts.real_models import E5_DIM, E5_MODEL, Layout, ModelServer, e5_command
-from tests.daphne_workers import manage, poll, running_workers, worker_env
+from tests.daphne_workers import manage, running_workers, worker_env
 from tests.realmodels.conftest import embedding_variables, start_e5
 from tests.stream_clients import sse_ask
+from tests.waiting import wait_for
 
 KEPT_ARTICLES = ("password-reset", "change-email", "account-locked")
 TEXTS = ["How do I reset my password?", "忘記密碼時，請在登入頁點選「忘記密碼」，系統會寄出重設連結。"]
@@ -106,9 +107,11 @@ def _stop_and_come_back(url: str, e5: ModelServer, layout: Layout) -> None:
 
     back = ModelServer("e5", e5_command(layout, e5.port), e5.port).start()
     try:
-        recovered = poll(
-            lambda: summary_of(url, "How do I reset my password?")["retrieval_fallback"] == "", within=120, interval=1
+        wait_for(
+            lambda: summary_of(url, "How do I reset my password?")["retrieval_fallback"] == "",
+            within=120,
+            interval=1,
+            note="dense search did not come back after the embedder did",
         )
-        assert recovered, "dense search did not come back after the embedder did"
     finally:
         back.stop()

@@ -14,6 +14,7 @@ import pytest
 
 from scripts import bench_streaming_load as bench
 from scripts.cluster import WorkerProcess
+from tests.waiting import until_async
 
 
 def _bound_with_two_free_after() -> socket.socket:
@@ -62,14 +63,15 @@ def test_percentiles_are_in_milliseconds_with_max_and_count() -> None:
     assert bench.ms_percentiles([])["n"] == 0
 
 
-async def wait_healthy(url: str, attempts: int = 300) -> None:
+async def wait_healthy(url: str, within: float = 30.0) -> None:
     async with httpx.AsyncClient(timeout=2.0) as client:
-        for _ in range(attempts):
+
+        async def status() -> int:
             with contextlib.suppress(httpx.TransportError):
-                if (await client.get(url + "/api/v1/health")).status_code == 200:
-                    return
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"no worker answered on {url}")
+                return (await client.get(url + "/api/v1/health")).status_code
+            return 0
+
+        await until_async(status, lambda code: code == 200, within=within, interval=0.1, note=f"no worker on {url}")
 
 
 @pytest.mark.slow

@@ -18,9 +18,9 @@ import pytest
 
 from rag.documents.services import MAX_UPLOAD_BYTES
 from scripts.cluster import NGINX_SITE, Cluster, free_port, render_main, render_site
-from tests.daphne_workers import poll
 from tests.scripts.clusters import NGINX, running_cluster
 from tests.stream_clients import ws_ask
+from tests.waiting import wait_for
 
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (Debian: apt-get install nginx)")
 
@@ -85,7 +85,7 @@ def test_nginx_refuses_a_body_past_the_limit_before_a_worker_reads_it(tmp_path: 
     main.write_text(render_main(tmp_path, site))
     nginx = subprocess.Popen([NGINX, "-p", str(tmp_path), "-c", str(main)], stderr=subprocess.PIPE)
     try:
-        assert poll(lambda: _listening(listen), within=10.0), nginx.stderr
+        wait_for(lambda: _listening(listen), within=10.0, note="nginx does not listen")
         # refused on its Content-Length alone: nothing of it is read
         assert post_status(listen, MAX_UPLOAD_BYTES + 2 * 1024 * 1024, send_body=False) == 413
         # the largest file the app takes is let through, to the worker that is not there

@@ -25,6 +25,7 @@ from devtools.simulator.testing import SimulatorProcess
 from scripts.cluster import Cluster
 from tests.answer_worker import llm_simulator
 from tests.scripts.clusters import running_cluster
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -73,9 +74,10 @@ async def _read(response: httpx.Response, outcome: Outcome) -> None:
             outcome.events.append(json.loads(line[6:]))
 
 
-async def ask(url: str, question: str) -> Outcome:
-    """One user: ask through nginx; when the stream breaks before its terminal event, resume it (Last-Event-ID)."""
-    outcome = Outcome()
+async def ask(url: str, question: str, outcome: Outcome | None = None) -> Outcome:
+    """One user: ask through nginx; when the stream breaks before its terminal event, resume it (Last-Event-ID).
+    The events go into `outcome` (a new one by default) as they come."""
+    outcome = Outcome() if outcome is None else outcome
     timeout = httpx.Timeout(30.0, connect=5.0)
     async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:  # keeps the client cookie
         body = {"question": question, "on_disconnect": "continue"}
@@ -114,15 +116,21 @@ def test_a_rolling_restart_under_load_loses_no_stream_and_fails_no_ask(cluster: 
             restarted.set()
 
     async def scenario() -> tuple[list[Outcome], list[Outcome]]:
-        live = [asyncio.create_task(ask(cluster.url, f"如何重設密碼？ ({n})")) for n in range(LIVE_STREAMS)]
-        await asyncio.sleep(1.0)  # every live answer is streaming when the first worker is told to stop
+        streams = [Outcome() for _ in range(LIVE_STREAMS)]
+        live = [asyncio.create_task(ask(cluster.url, f"如何重設密碼？ ({n})", o)) for n, o in enumerate(streams)]
+
+        def streaming(outcome: Outcome) -> bool:
+            return any(event["channel"] == "answer" for event in outcome.events)
+
+        # every live answer is streaming (or over already) when the first worker is told to stop
+        await until(lambda: all(streaming(o) or o.terminal or o.problem for o in streams), within=60.0)
         threading.Thread(target=restart, name="rolling-restart", daemon=True).start()
         new: list[asyncio.Task[Outcome]] = []
         n = 0
         while not restarted.is_set():
             n += 1
             new.append(asyncio.create_task(ask(cluster.url, f"How do I download my certificate? ({n})")))
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the pace of new asks during the restart: load, not a wait
         return list(await asyncio.gather(*live)), list(await asyncio.gather(*new))
 
     started = time.monotonic()

@@ -9,7 +9,6 @@ pointed at it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from devtools.simulator.testing import SimulatorProcess
 from tests.llm_simulator import simulator_view
+from tests.waiting import wait_for
 
 # Fast enough that a test with a few requests takes milliseconds, slow enough to stay ordered.
 FAST_FLAGS: dict[str, Any] = {"ttft_ms": 5, "tpot_ms": 1, "output_tokens": 12, "max_num_seqs": 8}
@@ -35,14 +35,7 @@ def wait_idle_blocking(sim: SimulatorProcess, within: float = 1.0) -> dict[str, 
 
     For sync code (a fixture's teardown, a sync test); async tests have tests.rag.llm.conftest.wait_idle.
     """
-    deadline = time.monotonic() + within
-    while True:
-        stats = sim.stats()
-        if stats["running"] == 0 and stats["waiting"] == 0:
-            return stats
-        if time.monotonic() > deadline:
-            raise AssertionError(f"simulator still busy after {within} s: {stats}")
-        time.sleep(0.02)
+    return wait_for(sim.stats, lambda stats: stats["running"] == stats["waiting"] == 0, within=within)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from devtools.simulator import SimulatorConfig
 from devtools.simulator.testing import SimulatorProcess
 from tests.devtools.simulator.fixtures import FAST_FLAGS
+from tests.waiting import until_async
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "tell me about the simulator"}]
 
@@ -73,10 +74,7 @@ async def test_max_num_seqs_changes_how_many_decode_at_once(
         stats = await simulator.astats()
         return stats["running"], stats["waiting"]
 
-    deadline = time.monotonic() + 5.0
-    while await counts() != (1, 2):
-        assert time.monotonic() < deadline, await counts()
-        await asyncio.sleep(0.01)
+    await until_async(counts, lambda both: both == (1, 2))
     await simulator.aconfigure(max_num_seqs=3)  # the waiting ones are admitted at once, as on a larger server
     assert await counts() == (3, 0)
     assert await asyncio.gather(*streams) == [30, 30, 30]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import time
@@ -14,6 +13,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from devtools.simulator.testing import SimulatorProcess
 from tests.devtools.simulator.fixtures import FAST_FLAGS, SimulatorFactory, make_client
+from tests.waiting import until_async
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
@@ -24,10 +24,7 @@ async def _chat_stream(client: openai.AsyncOpenAI, **kwargs: Any) -> list[str]:
 
 
 async def _wait_idle(sim: SimulatorProcess, within: float = 1.0) -> None:
-    deadline = time.monotonic() + within
-    while (stats := await sim.astats())["running"] or stats["waiting"]:
-        assert time.monotonic() < deadline, stats
-        await asyncio.sleep(0.02)
+    await until_async(sim.astats, lambda stats: stats["running"] == stats["waiting"] == 0, within=within)
 
 
 async def test_429_carries_retry_after(llm_client: openai.AsyncOpenAI, simulator: SimulatorProcess) -> None:

@@ -16,6 +16,7 @@ from devtools.simulator.faults import FaultInjector, FaultPlan
 from devtools.simulator.scheduler import QueueFull, Scheduler, TimingModel
 from devtools.simulator.schema import instance_for_schema
 from devtools.simulator.text import Prompt
+from tests.waiting import until
 
 # -- scheduler ------------------------------------------------------------------------------------------
 
@@ -40,7 +41,7 @@ async def test_scheduler_is_fifo_and_cancelled_waiters_leave() -> None:
     assert scheduler.waiting == 2
     for name in "abd":
         events[name].set()
-        await asyncio.sleep(0.01)
+        await tasks[name]  # its slot goes to the next waiter
     assert order == ["a", "b", "d"]
     assert (scheduler.running, scheduler.waiting) == (0, 0)
 
@@ -270,7 +271,7 @@ async def test_queue_full_disconnect_and_drop_in_process() -> None:
     app = build_app(SimulatorConfig(max_num_seqs=1, max_waiting=1, ttft_ms=0, tpot_ms=50, output_tokens=100))
     running, waiting, refused = (FakeRequest(app, "POST", "/v1/chat/completions", STREAM) for _ in range(3))
     tasks = [running.start(), waiting.start()]
-    await asyncio.sleep(0.05)
+    await until(lambda: (app.engine.scheduler.running, app.engine.scheduler.waiting) == (1, 1))
     await refused.start()
     assert refused.status == 503 and (app.engine.scheduler.running, app.engine.scheduler.waiting) == (1, 1)
     running.gone.set()

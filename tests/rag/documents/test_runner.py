@@ -22,21 +22,21 @@ from rag.retrieval.retriever import StoreRetriever
 from rag.retrieval.store import VectorStore
 from tests.asgi_doubles import receive_unused, send_unused
 from tests.rag.documents.conftest import CORPUS, CountingEmbedder, doc_ids_of
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def wait_for(job: IndexJob, *, until: Any, within: float = 20.0) -> IndexJob:
-    deadline = time.monotonic() + within
-    while True:
+    async def read() -> IndexJob:
         # the suite's in-memory SQLite reports a lock at once instead of waiting for it
         with contextlib.suppress(OperationalError):
             await sync_to_async(job.refresh_from_db)()
-        if until(job):
-            return job
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job #{job.pk} still {job.status}/{job.stage} after {within} s")
-        await asyncio.sleep(0.05)
+        return job
+
+    return await until_async(
+        read, until, within=within, interval=0.05, note=lambda: f"job #{job.pk}: {job.status}/{job.stage}"
+    )
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from tests.concurrency.cluster_redis import suite_redis_url
-from tests.daphne_workers import Worker, manage, poll, running_workers, worker_env
+from tests.daphne_workers import Worker, manage, running_workers, worker_env
 from tests.local_site import LocalSite, html, sitemap
 from tests.stream_clients import sse_summary
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def test_an_edited_page_synced_beside_two_workers_is_what_both_answer(cluster: C
     assert "15 March" in before["text"], before
     assert [s["url"] for s in before["sources"]][:1] == [site.url("/scholarship.html")]
     # cached by the first worker, a hit on the second: both hold the old answer now
-    assert poll(lambda: ask(second)["cached"], within=5.0, interval=0.2)
+    wait_for(lambda: ask(second)["cached"], within=5.0, interval=0.2)
 
     site.pages["/scholarship.html"] = html("Unicorn scholarship", AFTER)
     output = manage(env, "source", "sync", "help", "--wait")
@@ -67,6 +68,6 @@ def test_an_edited_page_synced_beside_two_workers_is_what_both_answer(cluster: C
                 served[worker.url] = time.monotonic() - synced
         return all(served.values())
 
-    assert poll(both_answer_new_text, within=5.0, interval=0.1), f"new text served after (s): {served}"
+    wait_for(both_answer_new_text, within=5.0, interval=0.1, note=lambda: f"new text served after (s): {served}")
     for worker in (first, second):
         assert "15 March" not in ask(worker)["text"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,6 +21,7 @@ from rag.llm.client import aclose_clients
 from rag.llm.config import HTTP_CLIENTS, HttpClient
 from rag.llm.policy import CallPolicy
 from tests.llm_simulator import simulator_view
+from tests.waiting import until_async, wait_for
 
 # Fast tokens, a little reasoning before every answer (so both channels are exercised), small vectors.
 SIM_FLAGS: dict[str, Any] = {
@@ -55,7 +57,9 @@ def unanswered_port() -> Iterator[int]:
                 with contextlib.suppress(BlockingIOError):
                     filler.connect(("127.0.0.1", port))
                 fillers.append(filler)
-            time.sleep(0.05)  # let the handshakes that fit in the queue complete
+            # the accept queue is full once a handshake completed (with a backlog of 0 it holds one connection):
+            # the listener is then readable
+            wait_for(lambda: select.select([listener], [], [], 0)[0])
             yield port
         finally:
             for filler in fillers:
@@ -64,15 +68,7 @@ def unanswered_port() -> Iterator[int]:
 
 async def wait_idle(sim: SimulatorProcess, within: float = 1.0) -> dict[str, Any]:
     """The simulator's stats once nothing runs or waits; fails if that takes longer than ``within``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        stats = await sim.astats()
-        if stats["running"] == 0 and stats["waiting"] == 0:
-            return stats
-        if loop.time() > deadline:
-            raise AssertionError(f"simulator still busy after {within} s: {stats}")
-        await asyncio.sleep(0.02)
+    return await until_async(sim.astats, lambda stats: stats["running"] == stats["waiting"] == 0, within=within)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import contextlib
 import gzip
 import json
 import threading
-import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -64,14 +63,6 @@ class Capture:
             elif span.attributes.get("langfuse.observation.type") == "span":
                 node_spans[span.trace_id] = node_spans.get(span.trace_id, 0) + 1
         return sum(1 for trace_id, nodes in roots.items() if node_spans.get(trace_id, 0) == nodes)
-
-    def wait_for(self, predicate: Any, timeout: float = 10.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate(self):
-                return True
-            time.sleep(0.02)
-        return predicate(self)
 
 
 def _value(value: AnyValue) -> Any:

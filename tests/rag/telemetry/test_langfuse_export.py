@@ -15,6 +15,7 @@ from rag.telemetry.langfuse_export import TRACE_NAME, LangfuseExporter
 from rag.telemetry.process_export import LangfuseProcessExporter
 from tests.rag.telemetry.capture import CaptureServer
 from tests.rag.telemetry.support import run_request
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -116,7 +117,7 @@ async def test_a_sampled_request_exports_a_trace_with_a_span_per_node_and_a_gene
 async def test_shutdown_flushes_what_is_still_queued(server, make_telemetry):
     telemetry = make_telemetry(flush_interval=60)  # nothing would leave on its own during this test
     await run_request(telemetry, request_id="req-shutdown")
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a negative check: nothing leaves on its own in this time (kept as a fixed sleep)
     assert roots_of(server, trace_id_for("req-shutdown")) == []
 
     telemetry.shutdown(5)
@@ -211,7 +212,8 @@ async def test_a_cancelled_request_is_exported_as_an_error_on_the_node_that_was_
     from tests.rag.telemetry.support import compile_default
 
     telemetry = make_telemetry()
-    graph = compile_default(InMemoryRetriever(delay=30))
+    retriever = InMemoryRetriever(delay=30)
+    graph = compile_default(retriever)
     state = PipelineState(request_id="req-cancelled", question="如何重設密碼？")
     writer, _channel = make_writer()
 
@@ -223,7 +225,7 @@ async def test_a_cancelled_request_is_exported_as_an_error_on_the_node_that_was_
             telemetry.finish(state)
 
     task = asyncio.create_task(run())
-    await asyncio.sleep(0.2)
+    await until(lambda: retriever.calls)  # the tool executor is searching (for 30 s)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -24,6 +24,7 @@ from rag.telemetry.langfuse_export import TRACE_NAME
 from rag.wiring import get_runtime, reset_runtime
 from tests.rag.pipeline.conftest import RETRIEVAL_PATH, pipeline_simulator, sim  # noqa: F401 - fixtures, used by name
 from tests.rag.telemetry.capture import CapturedSpan, CaptureServer
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the prompt registry reads its prompts
 
@@ -161,12 +162,8 @@ async def test_a_call_cut_short_by_a_cancelled_request_is_exported_as_a_cancelle
             pass
 
     reader = asyncio.create_task(read())
-    for _ in range(500):  # until the answer's call is at the simulator (10 s at most)
-        if (await sim.astats())["attempts"] >= 2:
-            break
-        await asyncio.sleep(0.02)
-    else:
-        pytest.fail("the answer's LLM call never reached the simulator")
+    # until the answer's call is at the simulator
+    await until_async(sim.astats, lambda stats: stats["attempts"] >= 2, within=10.0)
     run.cancel("cancelled by the client")
     await asyncio.wait_for(reader, 5)
     assert await asyncio.to_thread(get_telemetry().flush, 10)

@@ -21,6 +21,7 @@ from rag.telemetry import (
 )
 from tests.rag.nodes.support import InMemoryRetriever, make_writer
 from tests.rag.telemetry.support import PLANNER_USAGE, FakeExporter, compile_default, run_request
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -167,7 +168,8 @@ async def test_the_record_does_not_leak_out_of_the_run_task():
 async def test_a_cancelled_run_is_exported_with_the_running_node_failed():
     exporter = FakeExporter()
     telemetry = Telemetry(sample_rate=1.0, exporter=exporter)
-    graph = compile_default(InMemoryRetriever(delay=30))
+    retriever = InMemoryRetriever(delay=30)
+    graph = compile_default(retriever)
     state = PipelineState(request_id="r-5", question="如何重設密碼？")
     writer, _channel = make_writer()
 
@@ -179,7 +181,7 @@ async def test_a_cancelled_run_is_exported_with_the_running_node_failed():
             telemetry.finish(state)
 
     task = asyncio.create_task(main())
-    await asyncio.sleep(0.2)
+    await until(lambda: retriever.calls)  # the tool executor is searching (for 30 s)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -93,6 +93,7 @@ class Outcome:
     finished: float
     status: int
     events: list[dict[str, Any]]
+    asker: int = 0  # which of the `Askers` asked it
 
     @property
     def nodes(self) -> list[str]:
@@ -126,7 +127,7 @@ class Askers:
                     self.errors.append(exc)
                 return
             with self._lock:
-                self.results.append(Outcome(started, time.monotonic(), status, events))
+                self.results.append(Outcome(started, time.monotonic(), status, events, index))
             n += 1
 
     def __enter__(self) -> Askers:

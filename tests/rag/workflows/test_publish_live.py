@@ -14,6 +14,7 @@ import pytest
 
 from tests.rag.workflows.conftest import LEAN_NODES, lean_graph
 from tests.rag.workflows.live_server import Askers, LiveServer, default_shaped, live_server, started_nodes
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -30,13 +31,14 @@ def server() -> Any:
 def _wait_for(server: LiveServer, client: Any, predicate: Any, *, limit: float) -> float:
     """Ask until the node sequence satisfies `predicate`; seconds it took (fails after `limit`)."""
     started = time.monotonic()
-    while True:
+
+    def nodes() -> list[str]:
         status, events = server.ask(client, "How do I reset my password?")
         assert status == 200 and events[-1]["channel"] == "meta_summary", events[-1:]
-        if predicate(started_nodes(events)):
-            return time.monotonic() - started
-        assert time.monotonic() - started < limit, f"still {started_nodes(events)} after {limit}s"
-        time.sleep(0.05)
+        return started_nodes(events)
+
+    wait_for(nodes, predicate, within=limit, interval=0.05)
+    return time.monotonic() - started
 
 
 def test_publish_reaches_the_running_server_within_a_second(server: LiveServer) -> None:
@@ -52,13 +54,19 @@ def test_publish_reaches_the_running_server_within_a_second(server: LiveServer) 
     draft_id = created.json()["id"]
 
     with Askers(server, count=4) as askers:
-        time.sleep(0.5)  # traffic first, then the switch in the middle of it
+        # traffic first (every asker has had an answer), then the switch in the middle of it
+        wait_for(lambda: len({o.asker for o in askers.results}) == 4, within=30.0, note=lambda: str(askers.errors))
         response = staff.post(f"{DRAFTS}/{draft_id}/publish", json={"backend": "chat"})
         published_at = time.monotonic()
         assert response.status_code == 200, response.text
         switch = _wait_for(server, asker, lambda nodes: nodes == list(LEAN_NODES), limit=5.0)
+
         # Keep the traffic going past the deadline, so requests started after it are checked too.
-        time.sleep(max(0.0, published_at + SWITCH_SECONDS + 0.5 - time.monotonic()))
+        def traffic_past_the_deadline() -> bool:
+            late = [o for o in askers.results if o.started > published_at + SWITCH_SECONDS]
+            return len(askers.results) >= 8 and bool(late)
+
+        wait_for(traffic_past_the_deadline, within=30.0, note=lambda: str(askers.errors))
     assert switch < SWITCH_SECONDS, f"the switch took {switch:.2f}s"
 
     assert not askers.errors, askers.errors

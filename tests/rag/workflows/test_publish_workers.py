@@ -17,6 +17,7 @@ import pytest
 
 from tests.rag.workflows.conftest import LEAN_NODES, lean_graph
 from tests.rag.workflows.live_server import QUESTIONS, Askers, LiveServer, default_shaped, live_servers
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,12 +45,24 @@ def switch_under_traffic(
     """POST the change through `staff` while every worker is busy answering; check each worker switched in time."""
     with contextlib.ExitStack() as stack:
         askers = [stack.enter_context(Askers(worker, ASKERS_PER_WORKER)) for worker in workers]
-        time.sleep(0.5)  # traffic on every worker first, then the change in the middle of it
+        # traffic on every worker first (each asker has had an answer), then the change in the middle of it
+        wait_for(
+            lambda: all(len({o.asker for o in on_worker.results}) == ASKERS_PER_WORKER for on_worker in askers),
+            within=30.0,
+            note=lambda: str([on_worker.errors for on_worker in askers]),
+        )
         response = staff.post(path, json=payload)
         changed_at = time.monotonic()
         assert response.status_code == 200, response.text
-        # Keep the traffic going past the deadline, so requests started after it are checked too.
-        time.sleep(SWITCH_SECONDS + 0.7)
+        # Keep the traffic going past the deadline, so requests started after it are checked too: on each worker,
+        # one answered that started a second after the change.
+        wait_for(
+            lambda: all(
+                any(o.started > changed_at + SWITCH_SECONDS for o in on_worker.results) for on_worker in askers
+            ),
+            within=30.0,
+            note=lambda: str([on_worker.errors for on_worker in askers]),
+        )
 
     for name, on_worker in zip("AB", askers, strict=True):
         assert not on_worker.errors, (name, on_worker.errors)
