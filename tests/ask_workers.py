@@ -24,7 +24,8 @@ import pytest
 
 from devtools.simulator.testing import SimulatorProcess
 from tests.answer_worker import answer_worker_env
-from tests.daphne_workers import Worker, manage, poll, running_workers
+from tests.daphne_workers import Worker, manage, running_workers
+from tests.waiting import wait_for
 
 PUBLIC_BASE_URL = "https://help.example.org"
 STATUS = "/api/v1/admin/concurrency/status"
@@ -83,11 +84,13 @@ class AskWorkers:
         assert response.status_code == 200, response.text[:300]
         version = response.json()["settings"]["version"]
 
-        def running_it(worker: int) -> bool:
-            return bool(self.status(worker)["worker"]["settings_version"] == version)
-
         for worker in range(len(self.workers)):
-            assert poll(lambda: running_it(worker), within=10.0), f"worker {worker} never ran settings v{version}"  # noqa: B023 - called at once
+            wait_for(
+                lambda worker=worker: self.status(worker)["worker"]["settings_version"],  # type: ignore[misc]
+                lambda running: running == version,
+                within=10.0,
+                note=f"worker {worker} never ran the settings' version {version}",
+            )
 
 
 @pytest.fixture(scope="session")

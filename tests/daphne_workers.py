@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from devtools.simulator.testing import free_port
-from tests.waiting import poll  # also imported from here by tests/chatbot/openai_api/test_sdk_live.py
+from tests.waiting import poll
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 ASGI_APP = "chatbot.asgi:application"
