@@ -123,7 +123,6 @@ class RedisPermits:
 
     # ------------------------------------------------------------------ configuration
 
-
     @property
     def clock(self) -> Callable[[], float]:
         """The clock its leases and waits are measured on (the manager and the fallback keep the same one)."""
