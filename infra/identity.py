@@ -12,9 +12,10 @@ __all__ = ["worker_id", "worker_started_at"]
 _started: tuple[int, str] | None = None
 
 
-def worker_id() -> str:
-    """``hostname:pid``: unique per process on a host, readable in the console."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def worker_id(pid: int | None = None) -> str:
+    """``hostname:pid``: unique per process on a host, readable in the console. This process's, or that of the
+    process ``pid`` on this host."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
 def worker_started_at() -> str:

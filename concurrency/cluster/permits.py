@@ -31,7 +31,7 @@ from infra.redis_calls import redis_call
 
 from .link import REDIS_ERRORS, RedisLink
 
-__all__ = ["PermitsListener", "RedisPermits"]
+__all__ = ["PermitsListener", "RedisPermits", "token_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,14 @@ class PermitsListener(Protocol):
     def permits_up(self) -> None: ...
 
     def workers_changed(self) -> None: ...
+
+
+_TOKEN_SEPARATOR = "|"
+
+
+def token_worker(token: str) -> str:
+    """The id of the worker a permit's or a waiter's token belongs to (``worker_id|random``)."""
+    return token.rpartition(_TOKEN_SEPARATOR)[0]
 
 
 class RedisPermits:
@@ -215,7 +223,7 @@ class RedisPermits:
         return _RemoteWaiter(fut, backend, token, score, ask.priority, ask.request_id, now)
 
     def _new_token(self) -> str:
-        return f"{self.worker_id}|{uuid.uuid4().hex}"
+        return f"{self.worker_id}{_TOKEN_SEPARATOR}{uuid.uuid4().hex}"
 
     def track(self, backend: str) -> str:
         """A permit of this worker drawn elsewhere (the local share during an outage): its token is renewed here
@@ -332,7 +340,7 @@ class RedisPermits:
             await self._adopt(link, backend, seen.lost_holders, seen.lost_waiters)
             view.in_progress[backend] = len(seen.holders)
             view.waiting[backend] = seen.queued
-            view.by_worker[backend] = dict(Counter(t.rpartition("|")[0] for t in seen.holders))
+            view.by_worker[backend] = dict(Counter(token_worker(t) for t in seen.holders))
         if self.workers_index_key:
             live = max(1, await link.live_workers(self.workers_index_key, time.time() - self.workers_max_age))
             changed, self.live_workers = live != self.live_workers, live

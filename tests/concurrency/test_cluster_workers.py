@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -20,7 +19,9 @@ import httpx
 import pytest
 import redis
 
+from concurrency.cluster.permits import token_worker
 from devtools.simulator.testing import SimulatorProcess
+from infra import identity
 from tests import daphne_workers
 from tests.concurrency.cluster_redis import suite_redis_url
 from tests.daphne_workers import Worker, running_workers
@@ -165,9 +166,9 @@ def queued_on(worker: Worker, env: dict[str, str]) -> int:
     """The worker's LLM calls waiting in Redis for a cluster permit (their tokens start with its worker id)."""
     client = redis.Redis.from_url(suite_redis_url(), decode_responses=True)
     try:
-        prefix = f"{socket.gethostname()}:{worker.process.pid}|"  # infra.identity.worker_id, then the token's own
+        worker_id = identity.worker_id(worker.process.pid)
         keys = client.scan_iter(f"{env['REDIS_PREFIX']}:llm:*:queue")
-        return sum(str(token).startswith(prefix) for key in keys for token in client.zrange(key, 0, -1))
+        return sum(token_worker(str(token)) == worker_id for key in keys for token in client.zrange(key, 0, -1))
     finally:
         client.close()
 

@@ -30,10 +30,16 @@ STATUS = "/api/v1/admin/concurrency/status"
 
 @dataclass
 class Deployment:
-    workers: tuple[Worker, ...]
     shared: AskWorkers
-    sim: SimulatorProcess
     key: str  # chat and admin-read
+
+    @property
+    def workers(self) -> tuple[Worker, ...]:
+        return self.shared.workers
+
+    @property
+    def sim(self) -> SimulatorProcess:
+        return self.shared.simulator
 
     def client(self, worker: int = 0, *, key: str | None = None) -> openai.OpenAI:
         # max_retries=0: a test sees each refusal itself instead of the SDK retrying it away.
@@ -56,9 +62,9 @@ class Deployment:
 @pytest.fixture(scope="module")
 def deployment(ask_workers: AskWorkers) -> Deployment:
     flags = {"ttft_ms": 5, "tpot_ms": 2, "output_tokens": 40, "reasoning_tokens": 4, "max_num_seqs": 8}
-    sim = simulator_view(ask_workers.simulator, flags)  # for the module: its tests keep the counters and faults
+    simulator_view(ask_workers.simulator, flags)  # for the module: its tests keep the counters and faults
     key = ask_workers.new_key("--scopes", "chat,admin-read", "--rate-limit", "0")
-    return Deployment(workers=ask_workers.workers, shared=ask_workers, sim=sim, key=key)
+    return Deployment(shared=ask_workers, key=key)
 
 
 def test_models_lists_each_backend(deployment: Deployment) -> None:
