@@ -231,6 +231,7 @@ class ChangeWatcher:
     dispatched: Counter[str] = field(default_factory=Counter)  # topic -> handler runs started
     failures: int = 0  # handler runs that raised or timed out
     table_reads: int = 0
+    redis_checks: int = 0  # MGETs of the generations in Redis that answered
 
     def __post_init__(self) -> None:
         self._table: dict[str, int] | None = None  # generations last read from the table (None: not yet)
@@ -449,6 +450,7 @@ class ChangeWatcher:
             await self._redis_close()
             self._redis_failed(exc)
             return
+        self.redis_checks += 1
         changed = []
         for topic, value in zip(topics, values, strict=True):
             if value is None:
@@ -511,4 +513,5 @@ def change_watch_stats() -> dict[str, Any]:
         "dispatched": dict(watcher.dispatched),
         "failures": watcher.failures,
         "table_reads": watcher.table_reads,
+        "redis_checks": watcher.redis_checks,
     }
